@@ -1,0 +1,39 @@
+# Herald — every target bootstraps .venv from pyproject.toml on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: dev test lint fmt unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Run Herald: embedded PostgreSQL, demo directory, API + workers in one process.
+dev: $(STAMP)
+	$(BIN)/herald dev
+
+## Lint, type-check and run every test (embedded PostgreSQL unless HERALD_TEST_DATABASE_URL is set).
+test: lint
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python bench/fanout.py
+
+clean:
+	rm -rf $(VENV) .herald .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,28 @@
+"""Herald: a self-hostable notification engine over PostgreSQL.
+
+The public library surface is small on purpose: an application records that something
+happened, inside its own transaction, and Herald does the rest in its workers::
+
+    import herald
+    with engine.begin() as tx:
+        ...  # the host's own business write
+        herald.send(tx, herald.SendInput(kind="announcement.posted", audience=..., variables=...))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from herald.sending.service import SendInput, SendResult, asend, send
+
+__all__ = ["SendInput", "SendResult", "asend", "send"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily so that `import herald.db.schema` (Alembic, tools) stays light.
+    if name in __all__:
+        from herald.sending import service
+
+        return getattr(service, name)
+    raise AttributeError(name)

@@ -1,0 +1,69 @@
+"""Assemble the FastAPI application: routers, error rendering, health."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from herald.api.deps import AppState, transaction
+from herald.config import Settings
+from herald.db import health
+from herald.errors import HeraldError
+from herald.kinds import Registry
+
+log = logging.getLogger(__name__)
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+def create_app(settings: Settings, engine: AsyncEngine, registry: Registry) -> FastAPI:
+    app = FastAPI(title="Herald", version="0.1.0", docs_url="/docs")
+    app.state.herald = AppState(settings=settings, engine=engine, registry=registry)
+
+    @app.exception_handler(HeraldError)
+    async def herald_error(_: Request, exc: HeraldError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg')}"
+            for err in exc.errors()
+        )
+        return JSONResponse(error_body("REQUEST_MALFORMED", problems), status_code=422)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(request: Request) -> dict[str, str]:
+        async with transaction(request) as conn:
+            await health.ping(conn)
+        return {"status": "ready"}
+
+    for router in _routers():
+        app.include_router(router)
+    return app
+
+
+def _routers() -> list[APIRouter]:
+    """Every stage's router; imported here so the route table is assembled in one place."""
+    from importlib import import_module
+
+    routers: list[APIRouter] = []
+    for module in ("sending", "directory", "centre"):
+        try:
+            routes = import_module(f"herald.{module}.routes")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"herald.{module}.routes":
+                raise
+            continue
+        routers.append(routes.router)
+    return routers

@@ -1,0 +1,80 @@
+"""Request dependencies: the application state, one transaction per request, and the caller.
+
+Routes open their transaction with `async with transaction(request) as conn:` and call one
+service function inside it; the block commits on success and rolls back on any error, before the
+response is sent, so a client that reads right after a write sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from herald.auth import service as auth
+from herald.config import Settings
+from herald.errors import Forbidden, Unauthenticated
+from herald.kinds import Registry
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    engine: AsyncEngine
+    registry: Registry
+
+
+def state(request: Request) -> AppState:
+    app_state: AppState = request.app.state.herald
+    return app_state
+
+
+@asynccontextmanager
+async def transaction(request: Request) -> AsyncIterator[AsyncConnection]:
+    async with state(request).engine.begin() as conn:
+        yield conn
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization:
+        raise Unauthenticated("missing Authorization header")
+    scheme, _, credential = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        raise Unauthenticated("expected 'Authorization: Bearer <credential>'")
+    return credential.strip()
+
+
+def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
+    """A dependency that authenticates an API key and checks one scope."""
+
+    async def dependency(
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        x_api_key: Annotated[str | None, Header()] = None,
+    ) -> auth.ApiCaller:
+        key = x_api_key or _bearer(authorization)
+        async with transaction(request) as conn:
+            caller = await auth.authenticate_key(conn, key)
+        if not caller.allows(scope):
+            raise Forbidden(f"this API key lacks the {scope} scope")
+        return caller
+
+    return dependency
+
+
+async def current_actor(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> auth.Actor:
+    token = _bearer(authorization)
+    async with transaction(request) as conn:
+        return await auth.authenticate_actor(conn, state(request).settings, token)
+
+
+ActorDep = Annotated[auth.Actor, Depends(current_actor)]
+EventsWriter = Annotated[auth.ApiCaller, Depends(require_scope("events:write"))]
+EventsReader = Annotated[auth.ApiCaller, Depends(require_scope("events:read"))]
+DirectoryWriter = Annotated[auth.ApiCaller, Depends(require_scope("directory:write"))]

@@ -1,0 +1,73 @@
+"""SQL of the access stage: API keys and the caller's active role."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, insert, select, true, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.db import schema as s
+
+
+async def insert_api_key(
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    name: str,
+    prefix: str,
+    key_hash: str,
+    scopes: Sequence[str],
+) -> None:
+    await conn.execute(
+        insert(s.api_key).values(
+            tenant_id=tenant_id, name=name, prefix=prefix, key_hash=key_hash, scopes=list(scopes)
+        )
+    )
+
+
+async def find_api_key(conn: AsyncConnection, key_hash: str) -> tuple[str, list[str]] | None:
+    """Return (tenant_id, scopes) of a live key, touching last_used_at."""
+    row = (
+        await conn.execute(
+            update(s.api_key)
+            .where(s.api_key.c.key_hash == key_hash, s.api_key.c.revoked_at.is_(None))
+            .values(last_used_at=func.now())
+            .returning(s.api_key.c.tenant_id, s.api_key.c.scopes)
+        )
+    ).first()
+    return (row.tenant_id, list(row.scopes)) if row else None
+
+
+async def find_actor(
+    conn: AsyncConnection, tenant_id: str, external_id: str, role_code: str | None
+) -> tuple[int, int | None, str | None, bool] | None:
+    """Return (person id, active role id, role scope kind, holds that role) for a live person.
+
+    The role is looked up by code in the tenant; `holds` says whether the person still holds it.
+    """
+    role_sq = (
+        select(s.role.c.id, s.role.c.scope_kind)
+        .where(s.role.c.tenant_id == tenant_id, s.role.c.code == role_code)
+        .subquery()
+    )
+    holds = (
+        select(s.person_role.c.person_id)
+        .where(s.person_role.c.person_id == s.person.c.id, s.person_role.c.role_id == role_sq.c.id)
+        .exists()
+    )
+    stmt = (
+        select(
+            s.person.c.id, role_sq.c.id.label("role_id"), role_sq.c.scope_kind, holds.label("holds")
+        )
+        .select_from(s.person.outerjoin(role_sq, true()))
+        .where(
+            s.person.c.tenant_id == tenant_id,
+            s.person.c.external_id == external_id,
+            s.person.c.deleted_at.is_(None),
+        )
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        return None
+    return row.id, row.role_id, row.scope_kind, bool(row.holds)

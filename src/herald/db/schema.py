@@ -1,0 +1,605 @@
+"""Every table and constraint, declared once; Alembic and the queries both use this module.
+
+Conventions: every table carries `tenant_id`; every externally visible id is a uuid `public_id`;
+internal joins use bigint ids; every timestamp is timestamptz (R-SCHEMA-58); every vocabulary
+column has a CHECK generated from herald.vocabulary (R-SCHEMA-4) as an explicit IN list, never a
+LIKE pattern (R-SCHEMA-28).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
+
+from herald import vocabulary
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "%(table_name)s_%(column_0_N_name)s_idx",
+        "uq": "%(table_name)s_%(column_0_N_name)s_key",
+        "ck": "%(table_name)s_%(constraint_name)s_check",
+        "fk": "%(table_name)s_%(column_0_name)s_fkey",
+        "pk": "%(table_name)s_pkey",
+    }
+)
+
+TZ = TIMESTAMP(timezone=True)
+NOW = text("now()")
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """Render a vocabulary tuple as a SQL literal list: ('a', 'b')."""
+    return "(" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
+
+
+def vocab_check(
+    column: str, values: Iterable[str], name: str, *, nullable: bool = False
+) -> CheckConstraint:
+    """A CHECK that `column` is one of the vocabulary values (R-SCHEMA-4)."""
+    predicate = f"{column} IN {sql_list(values)}"
+    if nullable:
+        predicate = f"{column} IS NULL OR {predicate}"
+    return CheckConstraint(predicate, name=name)
+
+
+def _id() -> Column[int]:
+    return Column("id", BigInteger, Identity(always=False), primary_key=True)
+
+
+def _tenant() -> Column[str]:
+    return Column("tenant_id", Text, nullable=False)
+
+
+def _public_id() -> Column[object]:
+    return Column(
+        "public_id",
+        UUID(as_uuid=True),
+        nullable=False,
+        unique=True,
+        server_default=text("gen_random_uuid()"),
+    )
+
+
+def _created_at() -> Column[object]:
+    return Column("created_at", TZ, nullable=False, server_default=NOW)
+
+
+# ---------------------------------------------------------------------------------------------
+# Directory: written by the host application, read by Herald.
+
+person = Table(
+    "person",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("external_id", Text, nullable=False),
+    Column("full_name", Text),
+    Column("email", Text),
+    Column("phone", Text),
+    Column("locale", Text, nullable=False, server_default="en"),
+    Column("timezone", Text),
+    Column("country", String(2)),
+    Column("status", Text, nullable=False, server_default="active"),
+    Column("telegram_chat_id", Text),
+    Column("telegram_can_write", Boolean, nullable=False, server_default=text("true")),
+    Column("last_seen_at", TZ),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("deleted_at", TZ),
+    UniqueConstraint("tenant_id", "external_id"),
+    vocab_check("status", vocabulary.PERSON_STATUSES, "status"),
+    # Audience pages walk live people of one tenant in id order (R-AUD-5, R-AUD-6).
+    Index("person_live_keyset_idx", "tenant_id", "id", postgresql_where=text("deleted_at IS NULL")),
+)
+
+role = Table(
+    "role",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("code", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("scope_kind", Text, nullable=False),
+    Column("permissions", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("is_superadmin", Boolean, nullable=False, server_default=text("false")),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    UniqueConstraint("tenant_id", "code"),
+    vocab_check("scope_kind", vocabulary.SCOPE_KINDS, "scope_kind"),
+)
+
+person_role = Table(
+    "person_role",
+    metadata,
+    _tenant(),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("role_id", BigInteger, ForeignKey("role.id", ondelete="CASCADE"), nullable=False),
+    _created_at(),
+    PrimaryKeyConstraint("person_id", "role_id"),
+    Index("person_role_role_id_idx", "role_id", "person_id"),
+)
+
+person_group = Table(
+    "person_group",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("external_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("kind", Text, nullable=False, server_default="class"),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("deleted_at", TZ),
+    UniqueConstraint("tenant_id", "external_id"),
+)
+
+group_membership = Table(
+    "group_membership",
+    metadata,
+    _tenant(),
+    Column(
+        "group_id", BigInteger, ForeignKey("person_group.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("member_role", Text, nullable=False),
+    _created_at(),
+    Column("deleted_at", TZ),
+    PrimaryKeyConstraint("group_id", "person_id"),
+    vocab_check("member_role", vocabulary.MEMBER_ROLES, "member_role"),
+    Index("group_membership_person_id_idx", "person_id"),
+)
+
+guardianship = Table(
+    "guardianship",
+    metadata,
+    _tenant(),
+    Column("student_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("guardian_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    _created_at(),
+    Column("deleted_at", TZ),
+    PrimaryKeyConstraint("student_id", "guardian_id"),
+    CheckConstraint("student_id <> guardian_id", name="not_self"),
+    Index("guardianship_guardian_id_idx", "guardian_id"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Write-time fan-out: event → recipient → delivery (R-SCHEMA-1).
+
+notification_event = Table(
+    "notification_event",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("kind", Text, nullable=False),
+    Column("category", Text, nullable=False),
+    Column("priority", Text, nullable=False),
+    # A specification, never a list of resolved recipients (R-SCHEMA-54).
+    Column("audience", JSONB, nullable=False),
+    Column("channels", ARRAY(Text), nullable=False),
+    Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("action_url", Text),
+    # sha256 hex of the dedupe material: always 64 characters (R-DEDUPE-6).
+    Column("dedupe_key", String(64), nullable=False),
+    Column("request_id", Text),
+    Column("scheduled_for", TZ),
+    Column("occurred_at", TZ, nullable=False, server_default=NOW),
+    _created_at(),
+    Column("cancelled_at", TZ),
+    # Fan-out claim and completion are separate columns (R-SCHEMA-11, R-FANOUT-4).
+    Column("fanout_claimed_at", TZ),
+    Column("fanout_claim_token", UUID(as_uuid=True)),
+    Column("fanout_cursor", BigInteger, nullable=False, server_default=text("0")),
+    Column("fanout_completed_at", TZ),
+    Column("recipient_count", Integer),
+    UniqueConstraint("tenant_id", "dedupe_key"),
+    vocab_check("category", vocabulary.CATEGORIES, "category"),
+    vocab_check("priority", vocabulary.PRIORITIES, "priority"),
+    # R-SCHEMA-47: the data path guard for the resolver map.
+    vocab_check("audience->>'kind'", vocabulary.AUDIENCE_KINDS, "audience_kind"),
+    CheckConstraint(
+        f"cardinality(channels) > 0 AND channels <@ ARRAY{list(vocabulary.CHANNELS)}::text[]",
+        name="channels",
+    ),
+    # R-SCHEMA-13: a backstop; send() refuses secrets before this is ever reached.
+    CheckConstraint(
+        "jsonb_typeof(variables) = 'object' AND NOT (variables ?| "
+        f"ARRAY{list(vocabulary.FORBIDDEN_VARIABLE_KEYS)}::text[])",
+        name="variables_no_secret",
+    ),
+    CheckConstraint("length(dedupe_key) = 64", name="dedupe_key_hash"),
+    # Completion and its COUNT move together in one UPDATE (R-FANOUT-9).
+    CheckConstraint(
+        "(fanout_completed_at IS NULL) = (recipient_count IS NULL)", name="completion_pair"
+    ),
+    CheckConstraint(
+        "(fanout_claimed_at IS NULL) = (fanout_claim_token IS NULL)", name="claim_pair"
+    ),
+    CheckConstraint(
+        "fanout_completed_at IS NULL OR fanout_claimed_at IS NOT NULL", name="completed_after_claim"
+    ),
+    CheckConstraint(
+        "cancelled_at IS NULL OR fanout_claimed_at IS NULL", name="cancelled_before_fanout"
+    ),
+    Index("notification_event_occurred_at_idx", "occurred_at"),
+    Index("notification_event_tenant_kind_idx", "tenant_id", "kind", "occurred_at"),
+    # What the fan-out poller scans: unclaimed, not complete, not cancelled (R-PLAT-3).
+    Index(
+        "notification_event_fanout_due_idx",
+        text("coalesce(scheduled_for, created_at)"),
+        postgresql_where=text(
+            "fanout_claimed_at IS NULL AND fanout_completed_at IS NULL AND cancelled_at IS NULL"
+        ),
+    ),
+    # What the reaper's sweep 3 scans: claimed and not complete.
+    Index(
+        "notification_event_fanout_claimed_idx",
+        "fanout_claimed_at",
+        postgresql_where=text("fanout_claimed_at IS NOT NULL AND fanout_completed_at IS NULL"),
+    ),
+)
+
+notification_recipient = Table(
+    "notification_recipient",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    # Deleted bottom-up by retention, never by cascade from the event (R-RETENTION-5).
+    Column(
+        "event_id",
+        BigInteger,
+        ForeignKey("notification_event.id", ondelete="RESTRICT"),
+        nullable=False,
+    ),
+    # SET NULL, never CASCADE: proof that a security notice was sent survives erasure (R-SCHEMA-18).
+    Column("user_id", BigInteger, ForeignKey("person.id", ondelete="SET NULL")),
+    Column("user_public_id_snapshot", UUID(as_uuid=True), nullable=False),
+    Column("audience_role_id", BigInteger, ForeignKey("role.id", ondelete="SET NULL")),
+    # The per-recipient overlay on the event's variables (R-SCHEMA-57).
+    Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("locale", Text, nullable=False, server_default="en"),
+    # Copied from the event so the centre pages by one index (same value as e.occurred_at).
+    Column("occurred_at", TZ, nullable=False),
+    Column("read_at", TZ),
+    _created_at(),
+    # A table constraint, not only an index (R-SCHEMA-17).
+    UniqueConstraint(
+        "event_id", "user_public_id_snapshot", name="notification_recipient_event_user_key"
+    ),
+    Index(
+        "notification_recipient_centre_idx", "user_id", text("occurred_at DESC"), text("id DESC")
+    ),
+    Index(
+        "notification_recipient_unread_idx",
+        "user_id",
+        postgresql_where=text("read_at IS NULL"),
+    ),
+)
+
+notification_delivery = Table(
+    "notification_delivery",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column(
+        "recipient_id",
+        BigInteger,
+        ForeignKey("notification_recipient.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column(
+        "event_id",
+        BigInteger,
+        ForeignKey("notification_event.id", ondelete="RESTRICT"),
+        nullable=False,
+    ),
+    Column("channel", Text, nullable=False),
+    # For push: the notification_push_token id. A reference, not a key: a pruned token must not
+    # rewrite delivery history.
+    Column("provider_target_id", BigInteger),
+    Column("replay_of_delivery_id", BigInteger),
+    # R-SCHEMA-6: no default other than queued.
+    Column("status", Text, nullable=False, server_default="queued"),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("failure_count", Integer, nullable=False, server_default=text("0")),
+    Column("lease_expiry_count", Integer, nullable=False, server_default=text("0")),
+    Column("queued_at", TZ, nullable=False, server_default=NOW),
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    Column("claimed_at", TZ),
+    Column("lease_expires_at", TZ),
+    Column("sent_at", TZ),
+    Column("delivered_at", TZ),
+    Column("failed_at", TZ),
+    Column("skipped_at", TZ),
+    Column("dead_at", TZ),
+    Column("last_error", Text),
+    Column("destination_hint", Text),
+    Column("rendered_title", Text),
+    Column("rendered_body", Text),
+    Column("provider_message_id", Text),
+    Column("template_version", Integer),
+    Column("rendered_hash", String(64)),
+    _created_at(),
+    vocab_check("channel", vocabulary.CHANNELS, "channel"),
+    vocab_check("status", vocabulary.DELIVERY_STATUSES, "status"),
+    # R-SCHEMA-48: a claim and its lease are one pair.
+    CheckConstraint("(claimed_at IS NULL) = (lease_expires_at IS NULL)", name="lease_pair"),
+    # A claim exists exactly while a worker holds the row.
+    CheckConstraint(
+        "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
+    ),
+    # R-SCHEMA-49 / R-SCHEMA-28: skipped status ⇔ skipped_at, as an explicit IN list.
+    CheckConstraint(
+        f"(status IN {sql_list(vocabulary.SKIPPED_STATUSES)}) = (skipped_at IS NOT NULL)",
+        name="skipped_pair",
+    ),
+    # R-SCHEMA-27: in_app reaches delivered with no send step, so sent_at is scoped by channel.
+    CheckConstraint(
+        "status NOT IN ('sent', 'delivered') OR channel = 'in_app' OR sent_at IS NOT NULL",
+        name="sent_at_when_sent",
+    ),
+    CheckConstraint("status <> 'dead' OR dead_at IS NOT NULL", name="dead_at_when_dead"),
+    CheckConstraint(
+        "attempts >= 0 AND failure_count >= 0 AND lease_expiry_count >= 0", name="counters"
+    ),
+    Index("notification_delivery_recipient_idx", "recipient_id"),
+    Index("notification_delivery_event_id_idx", "event_id", "status"),
+    # R-SCHEMA-24/25/50: exact complements, both excluding replays (R-SCHEMA-26).
+    Index(
+        "notification_delivery_single_target_key",
+        "recipient_id",
+        "channel",
+        unique=True,
+        postgresql_where=text("provider_target_id IS NULL AND replay_of_delivery_id IS NULL"),
+    ),
+    Index(
+        "notification_delivery_multi_target_key",
+        "recipient_id",
+        "channel",
+        "provider_target_id",
+        unique=True,
+        postgresql_where=text("provider_target_id IS NOT NULL AND replay_of_delivery_id IS NULL"),
+    ),
+    # What the channel workers claim (R-STATE-1).
+    Index(
+        "notification_delivery_due_idx",
+        "channel",
+        "next_attempt_at",
+        postgresql_where=text("status = 'queued'"),
+    ),
+    # What the reaper reclaims (R-REAPER-1).
+    Index(
+        "notification_delivery_lease_idx",
+        "lease_expires_at",
+        postgresql_where=text("status = 'processing'"),
+    ),
+)
+
+notification_delivery_attempt = Table(
+    "notification_delivery_attempt",
+    metadata,
+    _id(),
+    _tenant(),
+    Column(
+        "delivery_id",
+        BigInteger,
+        ForeignKey("notification_delivery.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    # R-STATE-21: only these fields; never a body, an address or a raw response.
+    Column("outcome", Text, nullable=False),
+    Column("attempt_number", Integer, nullable=False),
+    Column("provider_status", Text),
+    Column("retry_delay_seconds", Integer),
+    Column("error_code", Text),
+    Column("provider_message_id", Text),
+    _created_at(),
+    vocab_check("outcome", vocabulary.ATTEMPT_OUTCOMES, "outcome"),
+    Index("notification_delivery_attempt_delivery_id_idx", "delivery_id"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Preferences: absence of a row means the category's code default (R-PREF-10, R-SCHEMA-59).
+
+notification_preference_set = Table(
+    "notification_preference_set",
+    metadata,
+    _tenant(),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, nullable=False),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("version >= 1", name="version_positive"),
+)
+
+notification_channel_preference = Table(
+    "notification_channel_preference",
+    metadata,
+    _tenant(),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("person_id", "channel"),
+    vocab_check("channel", vocabulary.CHANNELS, "channel"),
+)
+
+notification_preference = Table(
+    "notification_preference",
+    metadata,
+    _tenant(),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("category", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("person_id", "category", "channel"),
+    # R-SCHEMA-33: only real categories, no sentinel for "all".
+    vocab_check("category", vocabulary.CATEGORIES, "category"),
+    vocab_check("channel", vocabulary.CHANNELS, "channel"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Devices (R-SCHEMA-36..39).
+
+notification_push_token = Table(
+    "notification_push_token",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("token", Text, nullable=False),
+    Column("platform", Text, nullable=False),
+    Column("is_active", Boolean, nullable=False, server_default=text("true")),
+    Column("invalidated_at", TZ),
+    Column("invalidation_reason", Text),
+    _created_at(),
+    Column("last_used_at", TZ, nullable=False, server_default=NOW),
+    vocab_check("platform", vocabulary.PLATFORMS, "platform"),
+    vocab_check(
+        "invalidation_reason", vocabulary.INVALIDATION_REASONS, "invalidation_reason", nullable=True
+    ),
+    # R-SCHEMA-38: biconditional, with the cause recorded alongside.
+    CheckConstraint("(NOT is_active) = (invalidated_at IS NOT NULL)", name="invalidated_pair"),
+    CheckConstraint(
+        "(invalidated_at IS NULL) = (invalidation_reason IS NULL)", name="invalidation_reason_pair"
+    ),
+    # R-SCHEMA-37: unique only among live tokens.
+    Index(
+        "notification_push_token_active_token_key",
+        "tenant_id",
+        "token",
+        unique=True,
+        postgresql_where=text("is_active"),
+    ),
+    Index("notification_push_token_person_idx", "person_id", postgresql_where=text("is_active")),
+    Index(
+        "notification_push_token_invalidated_idx",
+        "invalidated_at",
+        postgresql_where=text("NOT is_active"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Templates: operator overrides only, never seeded (R-SCHEMA-40, R-RENDER-7).
+
+notification_template = Table(
+    "notification_template",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("kind", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("locale", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default="draft"),
+    Column("title", Text),
+    Column("body", Text, nullable=False),
+    # Incremented by the application; no trigger (R-SCHEMA-41).
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_by", Text),
+    Column("updated_by", Text),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    UniqueConstraint("tenant_id", "kind", "channel", "locale"),
+    vocab_check("channel", vocabulary.CHANNELS, "channel"),
+    vocab_check("status", vocabulary.TEMPLATE_STATUSES, "status"),
+    # R-SCHEMA-42: spaces only, so a tab- or newline-only body is still accepted.
+    CheckConstraint("btrim(body, ' ') <> ''", name="body_not_blank"),
+    CheckConstraint("version >= 1", name="version_positive"),
+)
+
+notification_template_version = Table(
+    "notification_template_version",
+    metadata,
+    _id(),
+    _tenant(),
+    # History outlives the override it recorded.
+    Column("template_id", BigInteger, ForeignKey("notification_template.id", ondelete="SET NULL")),
+    Column("kind", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("locale", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("title", Text),
+    Column("body", Text, nullable=False),
+    Column("created_by", Text),
+    _created_at(),
+    vocab_check("channel", vocabulary.CHANNELS, "channel"),
+    vocab_check("status", vocabulary.TEMPLATE_STATUSES, "status"),
+    Index("notification_template_version_template_id_idx", "template_id", "version"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Failures (R-SCHEMA-46, R-SCHEMA-51): a reference to the failed work, never the payload.
+
+dead_letter = Table(
+    "dead_letter",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("queue_name", Text, nullable=False),
+    Column("job_name", Text, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("payload_ref", JSONB, nullable=False),
+    Column("actor_id", Text),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", Text),
+    Column("failed_at", TZ, nullable=False, server_default=NOW),
+    Column("replayed_at", TZ),
+    Column("replayed_by", Text),
+    Column("replay_job_id", Text),
+    _created_at(),
+    CheckConstraint(
+        "jsonb_typeof(payload_ref) = 'object' AND "
+        "NOT jsonb_path_exists(payload_ref, '$.* ? (@.type() != \"string\")')",
+        name="payload_ref_strings",
+    ),
+    CheckConstraint("(replayed_at IS NULL) = (replayed_by IS NULL)", name="replay_pair"),
+    Index("dead_letter_queue_failed_idx", "tenant_id", "queue_name", text("failed_at DESC")),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Access.
+
+api_key = Table(
+    "api_key",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("name", Text, nullable=False),
+    Column("prefix", Text, nullable=False),
+    # sha256 of the key; the key itself is shown once and never stored.
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("scopes", ARRAY(Text), nullable=False),
+    _created_at(),
+    Column("last_used_at", TZ),
+    Column("revoked_at", TZ),
+    CheckConstraint(f"scopes <@ ARRAY{[*vocabulary.API_SCOPES, '*']}::text[]", name="scopes"),
+)

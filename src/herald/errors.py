@@ -1,0 +1,151 @@
+"""The HeraldError hierarchy: each class carries its code, HTTP status and default message.
+
+One exception handler (herald.api.app) renders them as {"error": {"code", "message"}}; a route
+never builds an error body by hand.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class HeraldError(Exception):
+    """Something went wrong inside Herald."""
+
+    code: ClassVar[str] = "HERALD_ERROR"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        super().__init__(self.message)
+
+
+class ValidationFailed(HeraldError):
+    """The request is not valid."""
+
+    code = "VALIDATION_FAILED"
+    status = 400
+
+
+class TemplateNotFound(ValidationFailed):
+    """The kind is not in the registry."""
+
+    code = "NOTIFICATION_TEMPLATE_NOT_FOUND"
+
+
+class ChannelUnknown(ValidationFailed):
+    """The kind has no builder for a requested channel."""
+
+    code = "NOTIFICATION_CHANNEL_UNKNOWN"
+
+
+class AudienceTooLarge(ValidationFailed):
+    """The audience exceeds its cap."""
+
+    code = "NOTIFICATION_AUDIENCE_TOO_LARGE"
+
+
+class AudienceInvalid(ValidationFailed):
+    """The audience specification is malformed."""
+
+    code = "NOTIFICATION_AUDIENCE_INVALID"
+
+
+class ActionUrlForbidden(ValidationFailed):
+    """The action URL must be an absolute https: URL or an app-relative path."""
+
+    code = "NOTIFICATION_ACTION_URL_SCHEME_FORBIDDEN"
+
+
+class VariablesInvalid(ValidationFailed):
+    """The variables are not valid for this kind."""
+
+    code = "NOTIFICATION_VARIABLES_INVALID"
+
+
+class SecretInVariables(ValidationFailed):
+    """A secret must be passed as {"secretRef": …}, never as a variable."""
+
+    code = "NOTIFICATION_SECRET_IN_VARIABLES"
+
+
+class PaginationRequired(ValidationFailed):
+    """Lists are paged; pagination=false is refused."""
+
+    code = "PAGINATION_REQUIRED"
+
+
+class CursorInvalid(ValidationFailed):
+    """The cursor is not one this list issued."""
+
+    code = "CURSOR_INVALID"
+
+
+class Unauthenticated(HeraldError):
+    """Missing or invalid credentials."""
+
+    code = "UNAUTHENTICATED"
+    status = 401
+
+
+class Forbidden(HeraldError):
+    """The credential is valid but does not cover this surface."""
+
+    code = "FORBIDDEN"
+    status = 403
+
+
+class NotFound(HeraldError):
+    """Not found."""
+
+    code = "NOT_FOUND"
+    status = 404
+
+
+class NotificationNotFound(NotFound):
+    """No such notification."""
+
+    code = "NOTIFICATION_NOT_FOUND"
+
+
+class EventNotFound(NotFound):
+    """No such event."""
+
+    code = "NOTIFICATION_EVENT_NOT_FOUND"
+
+
+class PersonNotFound(NotFound):
+    """No such person."""
+
+    code = "PERSON_NOT_FOUND"
+
+
+class GroupNotFound(NotFound):
+    """No such group."""
+
+    code = "GROUP_NOT_FOUND"
+
+
+class RoleNotFound(NotFound):
+    """No such role."""
+
+    code = "ROLE_NOT_FOUND"
+
+
+class Conflict(HeraldError):
+    """The request conflicts with the current state."""
+
+    code = "CONFLICT"
+    status = 409
+
+
+class ConfigurationError(HeraldError):
+    """Herald's configuration is not valid; the process refuses to start."""
+
+    code = "CONFIGURATION_INVALID"
+
+
+class RegistryError(ConfigurationError):
+    """The kind registry is not valid; the process refuses to start."""
+
+    code = "REGISTRY_INVALID"

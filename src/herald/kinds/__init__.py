@@ -1,0 +1,7 @@
+"""The kind registry: what can be sent, in which category, on which channels, with which words."""
+
+from __future__ import annotations
+
+from herald.kinds.registry import Kind, Registry, Template, get_registry, load_registry
+
+__all__ = ["Kind", "Registry", "Template", "get_registry", "load_registry"]

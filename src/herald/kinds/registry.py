@@ -1,0 +1,161 @@
+"""Kinds are declared in code; the registry validates them when it is built (boot time).
+
+A kind names its category, priority, dedupe policy, whether preferences may suppress it, the
+variables its templates may use (with sample values for previews and override validation), and a
+builder per channel per locale. Operator overrides (notification_template) layer on top of these
+builders but never replace them: the code builder is the fallback that cannot be deleted
+(R-RENDER-6, R-RENDER-7).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from herald import vocabulary
+from herald.errors import RegistryError
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# Every template may use the recipient's name (the per-recipient overlay, R-AUD-15).
+RECIPIENT_VARIABLES: frozenset[str] = frozenset({"name"})
+
+
+@dataclass(frozen=True)
+class Template:
+    """One channel's wording in one locale: `{{name}}` placeholders, nothing else (R-RENDER-8).
+
+    `title` is the email subject, the push/in-app title; SMS and Telegram have only a body.
+    """
+
+    body: str
+    title: str | None = None
+
+    def placeholders(self) -> set[str]:
+        found = set(PLACEHOLDER.findall(self.body))
+        if self.title:
+            found |= set(PLACEHOLDER.findall(self.title))
+        return found
+
+
+# A builder may be a Template or code that returns one from the merged variables.
+Builder = Template | Callable[[Mapping[str, str]], Template]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    category: str
+    channels: tuple[str, ...]
+    templates: Mapping[str, Mapping[str, Builder]]
+    priority: str = "normal"
+    dedupe: str = "collapse"
+    unsuppressible: bool = False
+    # name → sample value, used by preview and to validate operator overrides.
+    variables: Mapping[str, str] = field(default_factory=dict)
+    # Values that arrive only through a secretRef at send time, never stored on the event.
+    secret_variables: tuple[str, ...] = ()
+    persist_rendered: bool = True
+    default_locale: str = "en"
+
+    def builder(self, channel: str, locale: str) -> Builder | None:
+        by_locale = self.templates.get(channel)
+        if not by_locale:
+            return None
+        return by_locale.get(locale) or by_locale.get(self.default_locale)
+
+    @property
+    def allowed_placeholders(self) -> frozenset[str]:
+        return frozenset(self.variables) | frozenset(self.secret_variables) | RECIPIENT_VARIABLES
+
+    @property
+    def locales(self) -> frozenset[str]:
+        return frozenset(loc for by_locale in self.templates.values() for loc in by_locale)
+
+
+class Registry:
+    """An immutable, validated set of kinds. Construction refuses anything that would misbehave."""
+
+    def __init__(self, kinds: Iterable[Kind]) -> None:
+        self._kinds: dict[str, Kind] = {}
+        for kind in kinds:
+            if kind.name in self._kinds:
+                raise RegistryError(f"kind {kind.name!r} is declared twice")
+            _validate(kind)
+            self._kinds[kind.name] = kind
+
+    def get(self, name: str) -> Kind | None:
+        return self._kinds.get(name)
+
+    def __iter__(self) -> Iterator[Kind]:
+        return iter(self._kinds.values())
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def kinds(self) -> list[Kind]:
+        return list(self._kinds.values())
+
+    def kinds_in(self, category: str) -> list[Kind]:
+        return [k for k in self._kinds.values() if k.category == category]
+
+
+def _validate(kind: Kind) -> None:
+    where = f"kind {kind.name!r}"
+    if kind.category not in vocabulary.CATEGORIES:
+        raise RegistryError(f"{where}: unknown category {kind.category!r}")
+    if kind.priority not in vocabulary.PRIORITIES:
+        raise RegistryError(f"{where}: unknown priority {kind.priority!r}")
+    if kind.dedupe not in vocabulary.DEDUPE_POLICIES:
+        raise RegistryError(f"{where}: unknown dedupe policy {kind.dedupe!r}")
+    if kind.unsuppressible and kind.category not in vocabulary.UNSUPPRESSIBLE_CATEGORIES:
+        raise RegistryError(
+            f"{where}: only {vocabulary.UNSUPPRESSIBLE_CATEGORIES} may hold an unsuppressible kind"
+        )
+    if not kind.channels:
+        raise RegistryError(f"{where}: declares no channel")
+    for channel in kind.channels:
+        if channel not in vocabulary.CHANNELS:
+            raise RegistryError(f"{where}: unknown channel {channel!r}")
+        # R-RENDER-6: every declared channel has a code builder in the default locale.
+        if kind.builder(channel, kind.default_locale) is None:
+            raise RegistryError(f"{where}: no {kind.default_locale} builder for {channel}")
+    # R-RENDER-15 / R-RENDER-28: the centre reads the in-app delivery's rendered columns.
+    if "in_app" in kind.channels and not kind.persist_rendered:
+        raise RegistryError(f"{where}: declares in_app without persist_rendered")
+    for channel, by_locale in kind.templates.items():
+        if channel not in kind.channels:
+            raise RegistryError(f"{where}: has a builder for undeclared channel {channel!r}")
+        for locale, builder in by_locale.items():
+            if isinstance(builder, Template):
+                unknown = builder.placeholders() - kind.allowed_placeholders
+                if unknown:
+                    raise RegistryError(
+                        f"{where}: {channel}/{locale} uses undeclared variables {sorted(unknown)}"
+                    )
+                if channel in ("in_app", "email", "push") and not builder.title:
+                    raise RegistryError(f"{where}: {channel}/{locale} needs a title")
+
+
+def load_registry(spec: str | None) -> Registry:
+    """Load `package.module:attribute`, or the sample school registry when spec is None."""
+    if not spec:
+        from herald.kinds.sample import SAMPLE_REGISTRY
+
+        return SAMPLE_REGISTRY
+    module_name, _, attribute = spec.partition(":")
+    if not attribute:
+        raise RegistryError(f"HERALD_KINDS must look like package.module:registry, got {spec!r}")
+    loaded = getattr(importlib.import_module(module_name), attribute)
+    if not isinstance(loaded, Registry):
+        raise RegistryError(f"{spec} is not a herald.kinds.Registry")
+    return loaded
+
+
+@lru_cache(maxsize=1)
+def get_registry() -> Registry:
+    from herald.config import get_settings
+
+    return load_registry(get_settings().kinds)

@@ -1,0 +1,1 @@
+"""Interpolation, escaping, action-URL safety and the per-channel render step."""

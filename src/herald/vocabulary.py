@@ -1,0 +1,124 @@
+"""The one list every CHECK constraint, API enum and worker branch is generated from.
+
+R-SCHEMA-3/R-SCHEMA-4: three consumers (schema, API, workers) need identical lists, so they all
+import these tuples; the schema builds its CHECK constraints from them and a test compares the
+database's constraints with them.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+Channel = Literal["in_app", "email", "sms", "push", "telegram"]
+CHANNELS: Final[tuple[str, ...]] = get_args(Channel)
+REMOTE_CHANNELS: Final[tuple[str, ...]] = tuple(c for c in CHANNELS if c != "in_app")
+
+Category = Literal[
+    "security",
+    "account",
+    "announcement",
+    "academic",
+    "attendance",
+    "finance",
+    "events",
+    "transport",
+    "system",
+]
+CATEGORIES: Final[tuple[str, ...]] = get_args(Category)
+# Only these categories may hold a kind that no preference can switch off.
+UNSUPPRESSIBLE_CATEGORIES: Final[tuple[str, ...]] = ("security", "account")
+
+Priority = Literal["low", "normal", "high", "urgent"]
+PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
+
+# R-SCHEMA-6: no `created`; a delivery row does not exist before it is queued.
+SKIPPED_STATUSES: Final[tuple[str, ...]] = (
+    "skipped_preference",
+    "skipped_no_template",
+    "skipped_no_destination",
+    "skipped_unconfigured",
+    "skipped_recipient_gone",
+)
+DeliveryStatus = Literal[
+    "queued",
+    "processing",
+    "sent",
+    "delivered",
+    "failed",
+    "dead",
+    "cancelled",
+    "skipped_preference",
+    "skipped_no_template",
+    "skipped_no_destination",
+    "skipped_unconfigured",
+    "skipped_recipient_gone",
+]
+DELIVERY_STATUSES: Final[tuple[str, ...]] = get_args(DeliveryStatus)
+# Statuses in which a delivery still has work ahead of it (retention never touches these).
+IN_FLIGHT_STATUSES: Final[tuple[str, ...]] = ("queued", "processing", "failed")
+
+AudienceKind = Literal[
+    "users",
+    "role",
+    "group",
+    "guardians_of_group",
+    "guardians_of_users",
+    "all_users",
+    "segment",
+    "compound",
+]
+AUDIENCE_KINDS: Final[tuple[str, ...]] = get_args(AudienceKind)
+# Kinds that name people explicitly and are capped at MAX_EXPLICIT_RECIPIENTS.
+EXPLICIT_AUDIENCE_KINDS: Final[tuple[str, ...]] = ("users", "guardians_of_users")
+
+Platform = Literal["android", "ios", "web"]
+PLATFORMS: Final[tuple[str, ...]] = get_args(Platform)
+
+InvalidationReason = Literal["replaced", "unregistered", "user_logout", "invalid", "limit"]
+INVALIDATION_REASONS: Final[tuple[str, ...]] = get_args(InvalidationReason)
+
+DedupePolicy = Literal["collapse", "repeatable"]
+DEDUPE_POLICIES: Final[tuple[str, ...]] = get_args(DedupePolicy)
+
+PersonStatus = Literal["active", "limited", "suspended"]
+PERSON_STATUSES: Final[tuple[str, ...]] = get_args(PersonStatus)
+
+ScopeKind = Literal["staff", "guardian", "student"]
+SCOPE_KINDS: Final[tuple[str, ...]] = get_args(ScopeKind)
+
+MemberRole = Literal["student", "teacher"]
+MEMBER_ROLES: Final[tuple[str, ...]] = get_args(MemberRole)
+
+TemplateStatus = Literal["draft", "published", "archived"]
+TEMPLATE_STATUSES: Final[tuple[str, ...]] = get_args(TemplateStatus)
+
+AttemptOutcome = Literal["sent", "failed", "dead", "skipped"]
+ATTEMPT_OUTCOMES: Final[tuple[str, ...]] = get_args(AttemptOutcome)
+
+EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled"]
+EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)
+
+ApiScope = Literal[
+    "events:write",
+    "events:read",
+    "directory:write",
+    "secrets:write",
+    "feed:write",
+    "admin",
+]
+API_SCOPES: Final[tuple[str, ...]] = get_args(ApiScope)
+
+# Variable names a stored event may never carry (R-SCHEMA-13 backstop CHECK): secrets travel
+# only as {"secretRef": "<type>:<id>"}.
+FORBIDDEN_VARIABLE_KEYS: Final[tuple[str, ...]] = (
+    "token",
+    "code",
+    "otp",
+    "password",
+    "secret",
+    "resetToken",
+)
+
+# Limits fixed by the seed (R-SEND-8, R-SEND-9).
+MAX_EXPLICIT_RECIPIENTS: Final = 500
+MAX_COMPOUND_MEMBERS: Final = 10
