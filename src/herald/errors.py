@@ -139,6 +139,13 @@ class Conflict(HeraldError):
     status = 409
 
 
+class SendOutsideTransaction(HeraldError):
+    """send() needs the caller's own transaction; an autocommit or idle connection would commit
+    the event independently of the business write it describes."""
+
+    code = "NOTIFICATION_SEND_OUTSIDE_TRANSACTION"
+
+
 class ConfigurationError(HeraldError):
     """Herald's configuration is not valid; the process refuses to start."""
 
@@ -149,3 +156,52 @@ class RegistryError(ConfigurationError):
     """The kind registry is not valid; the process refuses to start."""
 
     code = "REGISTRY_INVALID"
+
+
+class DirectoryBatchTooLarge(ValidationFailed):
+    """A directory batch holds at most 1,000 people."""
+
+    code = "DIRECTORY_BATCH_TOO_LARGE"
+
+
+class DirectoryBatchDuplicate(ValidationFailed):
+    """A directory batch names the same external id more than once."""
+
+    code = "DIRECTORY_BATCH_DUPLICATE"
+
+
+class DirectoryRoleUnknown(ValidationFailed):
+    """A person names a role code this tenant has not defined (PUT /v1/roles/{code} first)."""
+
+    code = "DIRECTORY_ROLE_UNKNOWN"
+
+
+class DirectoryGuardianshipSelf(ValidationFailed):
+    """A person cannot be their own guardian."""
+
+    code = "DIRECTORY_GUARDIANSHIP_SELF"
+
+
+class DirectoryValueInvalid(ValidationFailed):
+    """A directory value was refused by the database."""
+
+    code = "DIRECTORY_VALUE_INVALID"
+
+
+class MembershipNotFound(NotFound):
+    """No such group membership."""
+
+    code = "MEMBERSHIP_NOT_FOUND"
+
+
+class GuardianshipNotFound(NotFound):
+    """No such guardianship."""
+
+    code = "GUARDIANSHIP_NOT_FOUND"
+
+
+class TelegramTemplateInvalid(ValidationFailed):
+    """A Telegram template may use only balanced b, strong, i, em, u, ins, s, strike, del and code
+    tags, without attributes, and no bare angle bracket."""
+
+    code = "TELEGRAM_TEMPLATE_INVALID"

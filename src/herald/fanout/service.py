@@ -1,0 +1,236 @@
+"""The fan-out: one event → one recipient row per person → one delivery row per channel.
+
+A batch is one transaction over one keyset page of the audience (R-FANOUT-3): it re-checks the
+claim under the event's row lock, resolves the page from the stored spec (R-AUD-3), loads the
+page's preferences in two queries (R-PREF-5) and, only when in_app is requested, the kind's
+overrides (R-FANOUT-13), writes recipients and deliveries, and advances the cursor — or completes
+the event — in the same transaction (R-FANOUT-7). Realtime publishes happen after commit, outside
+this module (R-REALTIME-5).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.audience import service as audience
+from herald.fanout import queries
+from herald.fanout.queries import ClaimedEvent, DeliveryRows
+from herald.kinds import Kind, Registry
+from herald.preferences import service as preferences
+from herald.rendering.render import Override, OverrideKey, render
+
+log = logging.getLogger(__name__)
+
+GONE_STATUSES = frozenset({"suspended"})
+
+
+@dataclass(frozen=True)
+class InAppNotice:
+    """What the realtime publisher may say about a new in-app row: no title, no body (R-REALTIME-7)."""
+
+    tenant_id: str
+    person_id: int
+    recipient_public_id: uuid.UUID
+    kind: str
+    category: str
+    priority: str
+    occurred_at: datetime
+
+
+@dataclass
+class BatchOutcome:
+    recipients_written: int = 0
+    deliveries_written: int = 0
+    completed: bool = False
+    lost_claim: bool = False
+    recipient_count: int | None = None
+    in_app: list[InAppNotice] = field(default_factory=list)
+
+
+async def claim_next_event(
+    conn: AsyncConnection, token: uuid.UUID, *, tenant_id: str | None = None
+) -> ClaimedEvent | None:
+    """Claim one due event; the caller commits, so the claim is visible before any work starts."""
+    return await queries.claim_event(conn, token, tenant_id)
+
+
+async def fan_out_batch(
+    conn: AsyncConnection,
+    event: ClaimedEvent,
+    token: uuid.UUID,
+    *,
+    registry: Registry,
+    batch_size: int,
+) -> BatchOutcome:
+    """Write one page of the event's fan-out. Never commits; the caller owns the transaction."""
+    cursor = await queries.lock_claimed_event(conn, event.id, token)
+    if cursor is None:
+        return BatchOutcome(lost_claim=True)
+
+    members = await audience.resolve_audience_page(
+        conn, event.tenant_id, event.audience, cursor, batch_size
+    )
+    outcome = BatchOutcome()
+    if members:
+        await _write_page(conn, event, members, registry, outcome)
+        cursor = members[-1].person_id
+
+    if len(members) < batch_size:
+        # A short page is the last one: complete in the same transaction as its rows.
+        outcome.recipient_count = await queries.complete_fanout(conn, event.id, token, cursor)
+        outcome.completed = True
+        if outcome.recipient_count == 0:
+            # Legal (a class with no enrolments) but worth seeing (R-FANOUT-14).
+            log.warning("event %s (%s) fanned out to zero recipients", event.public_id, event.kind)
+    else:
+        await queries.advance_cursor(conn, event.id, token, cursor)
+    return outcome
+
+
+async def _write_page(
+    conn: AsyncConnection,
+    event: ClaimedEvent,
+    members: list[audience.AudienceMember],
+    registry: Registry,
+    outcome: BatchOutcome,
+) -> None:
+    kind = registry.get(event.kind)
+    inserted = await queries.insert_recipients(
+        conn,
+        tenant_id=event.tenant_id,
+        event_id=event.id,
+        occurred_at=event.occurred_at,
+        person_ids=[m.person_id for m in members],
+        public_ids=[m.public_id for m in members],
+        role_ids=[m.role_id for m in members],
+        # R-AUD-15: a missing name renders "there", never the literal placeholder.
+        names=[m.full_name or "there" for m in members],
+        locales=[m.locale for m in members],
+    )
+    outcome.recipients_written = len(inserted)
+    if not inserted:
+        return  # every person on this page was written by an earlier attempt, deliveries included
+
+    fresh = [m for m in members if m.person_id in inserted]
+    person_ids = [m.person_id for m in fresh]
+    snapshot = await preferences.load_preferences(conn, person_ids)
+    tokens = await queries.active_push_tokens(conn, person_ids) if "push" in event.channels else {}
+    overrides = await _overrides(conn, event) if "in_app" in event.channels else {}
+    if kind is None:
+        log.error(
+            "event %s names kind %s, which the registry no longer has", event.public_id, event.kind
+        )
+
+    rows = DeliveryRows.empty()
+    for member in fresh:
+        recipient_id, recipient_public_id = inserted[member.person_id]
+        for channel in event.channels:
+            _plan_delivery(
+                rows,
+                event,
+                kind,
+                member,
+                (recipient_id, recipient_public_id),
+                channel,
+                snapshot,
+                tokens,
+                overrides,
+                outcome,
+            )
+    await queries.insert_deliveries(conn, tenant_id=event.tenant_id, event_id=event.id, rows=rows)
+    outcome.deliveries_written = len(rows)
+    if "queued" in rows.statuses:
+        await queries.wake_delivery_workers(conn)
+
+
+def _plan_delivery(
+    rows: DeliveryRows,
+    event: ClaimedEvent,
+    kind: Kind | None,
+    member: audience.AudienceMember,
+    recipient: tuple[int, uuid.UUID],
+    channel: str,
+    snapshot: preferences.PreferenceSnapshot,
+    tokens: Mapping[int, list[int]],
+    overrides: Mapping[OverrideKey, Override],
+    outcome: BatchOutcome,
+) -> None:
+    """Decide one (recipient, channel) row. Every requested channel gets a row, suppressed ones
+    included, so the record answers "why did this parent not get it" (R-FANOUT-11)."""
+    recipient_id, recipient_public_id = recipient
+    if kind is None or channel not in kind.channels:
+        rows.add(recipient_id, channel, "skipped_no_template", skipped=True)  # R-STATE-3
+        return
+    if member.status in GONE_STATUSES:
+        rows.add(recipient_id, channel, "skipped_recipient_gone", skipped=True)  # decision 5
+        return
+    if not snapshot.allows(member.person_id, kind, channel):
+        rows.add(recipient_id, channel, "skipped_preference", skipped=True)
+        return
+    if channel == "in_app":
+        values = {**event.variables, "name": member.full_name or "there"}
+        rendered = render(kind, channel, member.locale, values, overrides)
+        if rendered is None:
+            rows.add(recipient_id, channel, "skipped_no_template", skipped=True)  # R-RENDER-13
+            return
+        # Complete the moment it is written, content and all (R-FANOUT-2, R-FANOUT-12).
+        rows.add(
+            recipient_id,
+            channel,
+            "delivered",
+            title=rendered.title if kind.persist_rendered else None,
+            body=rendered.body if kind.persist_rendered else None,
+            template_version=rendered.template_version,
+            rendered_hash=rendered.content_hash,
+        )
+        outcome.in_app.append(
+            InAppNotice(
+                tenant_id=event.tenant_id,
+                person_id=member.person_id,
+                recipient_public_id=recipient_public_id,
+                kind=event.kind,
+                category=event.category,
+                priority=event.priority,
+                occurred_at=event.occurred_at,
+            )
+        )
+        return
+    if channel == "push":
+        # One delivery per active token, each with its own status (R-FANOUT-6).
+        targets = tokens.get(member.person_id)
+        if not targets:
+            rows.add(recipient_id, channel, "skipped_no_destination", skipped=True)
+            return
+        for token_id in targets:
+            rows.add(recipient_id, channel, "queued", target_id=token_id)
+        return
+    # Remote channels are rendered at send time, after the secret is resolved (R-SECRET-4).
+    rows.add(recipient_id, channel, "queued")
+
+
+async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:
+    found = await queries.published_overrides(conn, event.tenant_id, event.kind)
+    return {
+        (event.kind, o["channel"], o["locale"]): Override(
+            title=o["title"], body=o["body"], version=o["version"]
+        )
+        for o in found
+    }
+
+
+async def release_stale_claims(
+    conn: AsyncConnection, *, older_than_seconds: int, limit: int = 100
+) -> list[int]:
+    """Reaper sweep 3 (R-REAPER-7, R-REAPER-8); returns the ids of the events it released."""
+    return await queries.release_stale_fanout_claims(conn, older_than_seconds, limit)
+
+
+async def release_claim(conn: AsyncConnection, event: ClaimedEvent, token: uuid.UUID) -> None:
+    """Give an unfinished event back (graceful drain); it resumes from its cursor."""
+    await queries.release_own_claim(conn, event.id, token)

@@ -1,0 +1,51 @@
+"""POST /v1/events and GET /v1/events/{id}."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, Response
+
+from herald.api.deps import EventsReader, EventsWriter, state, transaction
+from herald.errors import EventNotFound
+from herald.sending import service
+from herald.sending.schemas import EventCreate, EventCreated, EventStatus
+
+router = APIRouter(prefix="/v1/events", tags=["events"])
+
+
+@router.post("", response_model=EventCreated, status_code=201, response_model_by_alias=True)
+async def create_event(
+    body: EventCreate,
+    request: Request,
+    response: Response,
+    caller: EventsWriter,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> EventCreated:
+    send_input = service.SendInput(
+        tenant_id=caller.tenant_id,
+        kind=body.kind,
+        audience=body.audience,
+        channels=body.channels,
+        variables=body.variables,
+        action_url=body.action_url,
+        scheduled_for=body.scheduled_for,
+        request_id=idempotency_key,
+    )
+    async with transaction(request) as conn:
+        result = await service.record_event(conn, send_input, registry=state(request).registry)
+    if not result.created:
+        response.status_code = 200
+    return EventCreated(id=result.id, created=result.created)
+
+
+@router.get("/{event_id}", response_model=EventStatus, response_model_by_alias=True)
+async def get_event(event_id: str, request: Request, caller: EventsReader) -> EventStatus:
+    try:
+        public_id = uuid.UUID(event_id)
+    except ValueError:
+        raise EventNotFound() from None
+    async with transaction(request) as conn:
+        found = await service.get_event(conn, caller.tenant_id, public_id)
+    return EventStatus(**found)

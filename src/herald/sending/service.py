@@ -1,0 +1,317 @@
+"""send()/asend(): validate, build the dedupe key, insert the event in the caller's transaction.
+
+send() writes one row and a transactional wake-up, and returns (R-SEND-2): it resolves no
+audience, renders nothing, reads no preference and contacts no provider, so it is safe inside any
+business transaction. Every check runs before the write (R-SEND-4), in the order the seed fixes
+(R-SEND-5): known kind, buildable channels, audience caps, action URL, dedupe key. Variables are
+checked between the action URL and the dedupe key (the seed names no step for them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Executable
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald import vocabulary
+from herald.audience import service as audience
+from herald.errors import (
+    ActionUrlForbidden,
+    ChannelUnknown,
+    EventNotFound,
+    HeraldError,
+    SecretInVariables,
+    SendOutsideTransaction,
+    TemplateNotFound,
+    VariablesInvalid,
+)
+from herald.kinds import Kind, Registry, get_registry
+from herald.rendering.urls import is_safe_action_url
+from herald.sending import queries
+
+log = logging.getLogger(__name__)
+
+# Written as an escape, never a raw byte in the source (R-PLAT, R-DEDUPE-8).
+SEPARATOR = "\x00"
+MAX_VARIABLES = 50
+MAX_VARIABLE_LENGTH = 10_000
+SECRET_REF = re.compile(r"^[a-z][a-z0-9_]{0,63}:[A-Za-z0-9._~-]{1,200}$")
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class SendInput:
+    """What the host says happened and whom to tell.
+
+    `request_id` is the caller's idempotency key: a `repeatable` kind folds it into the dedupe key
+    (none given: every call is a new event); a `collapse` kind ignores it.
+    """
+
+    tenant_id: str
+    kind: str
+    audience: Mapping[str, Any]
+    channels: Sequence[str] | None = None
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    action_url: str | None = None
+    scheduled_for: datetime | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    id: uuid.UUID
+    created: bool
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    insert: Executable
+    wake: Executable
+
+
+def prepare(input: SendInput, registry: Registry) -> _Prepared:
+    """Run every validation step and build the statements; raises before anything is written."""
+    kind = _known_kind(registry, input.kind)  # 1 (R-SEND-6)
+    channels = _buildable_channels(kind, input.channels)  # 2 (R-SEND-7)
+    spec = audience.validate_audience(input.audience)  # 3 (R-SEND-8..10)
+    if input.action_url is not None and not is_safe_action_url(
+        input.action_url
+    ):  # 4 (R-SEND-11/12)
+        raise ActionUrlForbidden()
+    variables = _checked_variables(kind, input.variables)
+    scheduled_for = _aware(input.scheduled_for)
+    dedupe_key = build_dedupe_key(
+        kind, spec, variables, input.action_url, scheduled_for, input.request_id
+    )  # 5
+    values: dict[str, Any] = {
+        "tenant_id": input.tenant_id,
+        "kind": kind.name,
+        "category": kind.category,
+        "priority": kind.priority,
+        "audience": spec,
+        "channels": channels,
+        "variables": variables,
+        "action_url": input.action_url,
+        "dedupe_key": dedupe_key,
+        "request_id": input.request_id,
+        "scheduled_for": scheduled_for,
+    }
+    return _Prepared(insert=queries.insert_event(values), wake=queries.wake_fanout())
+
+
+def send(
+    tx: Connection, input: SendInput, *, registry: Registry | None = None, best_effort: bool = False
+) -> SendResult | None:
+    """Record the event on the host's own (sync) transaction; commits or rolls back with it (R-SEND-3).
+
+    With best_effort=True the insert runs in a SAVEPOINT and any failure is rolled back to it,
+    logged and swallowed, so the host's business write still commits (Herald's decision 8,
+    R-SEND-13). It then returns None.
+    """
+    _require_transaction(tx.in_transaction(), tx.get_isolation_level())
+    if not best_effort:
+        return _send_sync(tx, input, registry)
+    try:
+        with tx.begin_nested():
+            return _send_sync(tx, input, registry)
+    except Exception as exc:  # a notification must not cost the host its own write
+        _log_best_effort_failure(input, exc)
+        return None
+
+
+async def asend(
+    tx: AsyncConnection,
+    input: SendInput,
+    *,
+    registry: Registry | None = None,
+    best_effort: bool = False,
+) -> SendResult | None:
+    """The async twin of send(): same statements, same guarantees."""
+    _require_transaction(tx.in_transaction(), await tx.get_isolation_level())
+    if not best_effort:
+        return await _send_async(tx, input, registry)
+    try:
+        async with tx.begin_nested():
+            return await _send_async(tx, input, registry)
+    except Exception as exc:
+        _log_best_effort_failure(input, exc)
+        return None
+
+
+async def record_event(tx: AsyncConnection, input: SendInput, *, registry: Registry) -> SendResult:
+    """asend() without best-effort: for callers that always want a result (the route, the CLI)."""
+    return await _send_async(tx, input, registry)
+
+
+def _send_sync(tx: Connection, input: SendInput, registry: Registry | None) -> SendResult:
+    prepared = prepare(input, registry or get_registry())
+    row = tx.execute(prepared.insert).one()
+    tx.execute(prepared.wake)
+    return SendResult(id=row.public_id, created=bool(row.inserted))
+
+
+async def _send_async(
+    tx: AsyncConnection, input: SendInput, registry: Registry | None
+) -> SendResult:
+    prepared = prepare(input, registry or get_registry())
+    row = (await tx.execute(prepared.insert)).one()
+    await tx.execute(prepared.wake)
+    return SendResult(id=row.public_id, created=bool(row.inserted))
+
+
+def _require_transaction(in_transaction: bool, isolation_level: str) -> None:
+    # An autocommit connection would commit the event on its own, independently of the business
+    # write it describes (R-SEND-3); refuse it rather than guess.
+    if not in_transaction or isolation_level == "AUTOCOMMIT":
+        raise SendOutsideTransaction()
+
+
+def _log_best_effort_failure(input: SendInput, exc: Exception) -> None:
+    code = exc.code if isinstance(exc, HeraldError) else type(exc).__name__
+    # Never the variables: they may be the very thing that failed validation (a secret).
+    log.error(
+        "best-effort send of %s for tenant %s failed (%s); host transaction kept",
+        input.kind,
+        input.tenant_id,
+        code,
+    )
+
+
+def _known_kind(registry: Registry, name: str) -> Kind:
+    kind = registry.get(name)
+    if kind is None:
+        raise TemplateNotFound(f"no kind named {name!r} in the registry")
+    return kind
+
+
+def _buildable_channels(kind: Kind, requested: Sequence[str] | None) -> list[str]:
+    if requested is None:
+        return list(kind.channels)
+    if not requested:
+        raise ChannelUnknown("channels, when given, must name at least one channel")
+    unknown = [c for c in requested if c not in kind.channels]
+    if unknown:
+        raise ChannelUnknown(f"{kind.name} has no builder for {', '.join(map(str, unknown))}")
+    # Keep the caller's order, drop repeats.
+    return list(dict.fromkeys(requested))
+
+
+def _checked_variables(kind: Kind, variables: Mapping[str, Any]) -> dict[str, str]:
+    if not isinstance(variables, Mapping):
+        raise VariablesInvalid("variables must be an object")
+    if len(variables) > MAX_VARIABLES:
+        raise VariablesInvalid(f"at most {MAX_VARIABLES} variables")
+    checked: dict[str, str] = {}
+    for key, value in variables.items():
+        if key == "secretRef":
+            if not kind.secret_variables:
+                raise VariablesInvalid(f"{kind.name} takes no secretRef")
+            if not isinstance(value, str) or not SECRET_REF.match(value):
+                raise VariablesInvalid("secretRef must look like '<type>:<id>'")
+            checked[key] = value
+            continue
+        # R-SECRET-3: the secret itself never reaches the event row.
+        if key in kind.secret_variables or key in vocabulary.FORBIDDEN_VARIABLE_KEYS:
+            raise SecretInVariables(
+                f"{key!r} is a secret: stash it and pass {{'secretRef': …}} instead"
+            )
+        if key not in kind.variables:
+            raise VariablesInvalid(f"{kind.name} declares no variable {key!r}")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise VariablesInvalid(f"variable {key!r} must be a string or a number")
+        text = str(value)
+        if len(text) > MAX_VARIABLE_LENGTH:
+            raise VariablesInvalid(
+                f"variable {key!r} is longer than {MAX_VARIABLE_LENGTH} characters"
+            )
+        checked[key] = text
+    missing = [name for name in kind.variables if name not in checked]
+    if missing:
+        raise VariablesInvalid(f"{kind.name} needs {', '.join(missing)}")
+    if kind.secret_variables and "secretRef" not in checked:
+        raise VariablesInvalid(f"{kind.name} needs a secretRef")
+    return checked
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        raise VariablesInvalid("scheduledFor must carry a time zone")
+    return moment.astimezone(UTC)
+
+
+def _normalise(value: Any) -> Any:
+    """Whitespace-normalise every string in the material, so "foo " and "foo" fold (R-DEDUPE-7)."""
+    if isinstance(value, str):
+        return _WHITESPACE.sub(" ", value).strip()
+    if isinstance(value, Mapping):
+        return {k: _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def build_dedupe_key(
+    kind: Kind,
+    audience_spec: Mapping[str, Any],
+    variables: Mapping[str, str],
+    action_url: str | None,
+    scheduled_for: datetime | None,
+    request_id: str | None,
+) -> str:
+    """sha256 hex of the NUL-joined key material: always 64 characters (R-DEDUPE-6).
+
+    collapse folds the domain facts only (R-DEDUPE-10); repeatable adds the caller's request id,
+    or a fresh uuid when none is given, so each call is its own event (R-DEDUPE-11). The policy is
+    the kind's, never the caller's (R-DEDUPE-9).
+    """
+    parts = [
+        kind.name,
+        json.dumps(
+            _normalise(audience_spec), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ),
+        json.dumps(
+            _normalise(variables), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ),
+        _normalise(action_url or ""),
+        scheduled_for.isoformat() if scheduled_for else "",
+    ]
+    if kind.dedupe == "repeatable":
+        parts.append(_normalise(request_id) if request_id else uuid.uuid4().hex)
+    return hashlib.sha256(SEPARATOR.join(parts).encode()).hexdigest()
+
+
+def event_state(row: Mapping[str, Any]) -> str:
+    if row["cancelled_at"] is not None:
+        return "cancelled"
+    if row["fanout_completed_at"] is not None:
+        return "completed"
+    if row["fanout_claimed_at"] is not None:
+        return "fanning_out"
+    if row["scheduled_for"] is not None and row["scheduled_for"] > row["now"]:
+        return "scheduled"
+    return "pending"
+
+
+async def get_event(conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID) -> dict[str, Any]:
+    """The event's state and its delivery counts by status; 404 for another tenant's event."""
+    row = await queries.event_status(conn, tenant_id, public_id)
+    if row is None:
+        raise EventNotFound()
+    return {
+        "id": row["public_id"],
+        "kind": row["kind"],
+        "state": event_state(row),
+        "recipient_count": row["recipient_count"],
+        "deliveries": row["deliveries"],
+    }
