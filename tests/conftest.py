@@ -100,3 +100,19 @@ async def client(
     app = create_app(settings, engine, registry)
     async with AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test") as http:
         yield http
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """HERALD_TEST_REDIS_URL, or a skip that says why. Set but unreachable is a failure, not a skip:
+    CI sets it and must run these tests."""
+    url = os.environ.get("HERALD_TEST_REDIS_URL")
+    if not url:
+        pytest.skip("Redis tests skipped: HERALD_TEST_REDIS_URL is not set (CI sets it)")
+    import redis
+
+    try:
+        redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"HERALD_TEST_REDIS_URL={url} does not answer: {exc}")
+    return url

@@ -14,13 +14,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from herald.secrets.service import stash as stash_secret
     from herald.sending.service import SendInput, SendResult, asend, send
 
-__all__ = ["SendInput", "SendResult", "asend", "send"]
+__all__ = ["SendInput", "SendResult", "asend", "send", "stash_secret"]
 
 
 def __getattr__(name: str) -> Any:
     # Imported lazily so that `import herald.db.schema` (Alembic, tools) stays light.
+    if name == "stash_secret":
+        from herald.secrets import service as secrets
+
+        return secrets.stash
     if name in __all__:
         from herald.sending import service
 

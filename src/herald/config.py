@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -33,6 +34,48 @@ class Settings(BaseSettings):
     poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
     fanout_batch_size: int = Field(default=500, ge=1, le=10_000)
     backfill_max_age_hours: int = Field(default=72, ge=1, le=24 * 90)
+    device_limit: int = Field(default=10, ge=1, le=100)
+    vault_ttl_seconds: int = Field(default=900, ge=30, le=86_400)
+    # Fernet key of the embedded vault (urlsafe base64, 32 bytes). Unset: a key file under
+    # data_dir, created on first use. Either way the key never lives in the database.
+    vault_key: str | None = None
+    # Provider timeouts (R-PROVIDER-22, R-PROVIDER-23); the lease must outlast them (R-PLAT-14).
+    provider_connect_timeout_seconds: float = Field(default=3.0, gt=0, le=30)
+    provider_read_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+
+    # Email (DESIGN.md §5.1).
+    email_provider: Literal["smtp", "resend", "mock"] | None = None
+    email_from: str = "Herald <no-reply@localhost>"
+    support_mailbox: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int = Field(default=587, ge=1, le=65_535)
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = True
+    resend_api_key: str | None = None
+    resend_base_url: str = "https://api.resend.com"
+
+    # SMS.
+    sms_provider: Literal["aakash", "twilio", "mock"] | None = None
+    sms_default_region: str = "NP"
+    aakash_auth_token: str | None = None
+    aakash_base_url: str = "https://sms.aakashsms.com/sms/v3"
+    twilio_account_sid: str | None = None
+    twilio_auth_token: str | None = None
+    twilio_from: str | None = None
+    twilio_base_url: str = "https://api.twilio.com"
+
+    # Push.
+    push_provider: Literal["fcm", "mock"] | None = None
+    fcm_service_account_file: Path | None = None
+    fcm_base_url: str = "https://fcm.googleapis.com"
+    fcm_token_url: str = "https://oauth2.googleapis.com/token"
+
+    # Telegram.
+    telegram_provider: Literal["telegram", "mock"] | None = None
+    telegram_bot_token: str | None = None
+    telegram_base_url: str = "https://api.telegram.org"
+    telegram_rate_per_second: float = Field(default=25.0, gt=0, le=30)
 
     @field_validator("required_channels")
     @classmethod

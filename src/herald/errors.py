@@ -205,3 +205,10 @@ class TelegramTemplateInvalid(ValidationFailed):
     tags, without attributes, and no bare angle bracket."""
 
     code = "TELEGRAM_TEMPLATE_INVALID"
+
+
+class SmsBalanceUnavailable(HeraldError):
+    """The SMS provider's balance could not be read."""
+
+    code = "SMS_BALANCE_UNAVAILABLE"
+    status = 502

@@ -14,6 +14,7 @@ from herald.config import Settings
 from herald.db import health
 from herald.errors import HeraldError
 from herald.kinds import Registry
+from herald.secrets.vault import Vault, build_vault
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +23,16 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
 
 
-def create_app(settings: Settings, engine: AsyncEngine, registry: Registry) -> FastAPI:
+def create_app(
+    settings: Settings, engine: AsyncEngine, registry: Registry, *, vault: Vault | None = None
+) -> FastAPI:
     app = FastAPI(title="Herald", version="0.1.0", docs_url="/docs")
-    app.state.herald = AppState(settings=settings, engine=engine, registry=registry)
+    app.state.herald = AppState(
+        settings=settings,
+        engine=engine,
+        registry=registry,
+        vault=vault if vault is not None else build_vault(settings, engine),
+    )
 
     @app.exception_handler(HeraldError)
     async def herald_error(_: Request, exc: HeraldError) -> JSONResponse:
@@ -54,16 +62,10 @@ def create_app(settings: Settings, engine: AsyncEngine, registry: Registry) -> F
 
 
 def _routers() -> list[APIRouter]:
-    """Every stage's router; imported here so the route table is assembled in one place."""
-    from importlib import import_module
+    """Every stage's router, assembled in one place so the route table reads top to bottom."""
+    from herald.centre import routes as centre
+    from herald.directory import routes as directory
+    from herald.secrets import routes as secrets
+    from herald.sending import routes as sending
 
-    routers: list[APIRouter] = []
-    for module in ("sending", "directory", "centre"):
-        try:
-            routes = import_module(f"herald.{module}.routes")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"herald.{module}.routes":
-                raise
-            continue
-        routers.append(routes.router)
-    return routers
+    return [sending.router, directory.router, secrets.router, centre.router]

@@ -19,6 +19,7 @@ from herald.auth import service as auth
 from herald.config import Settings
 from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
+from herald.secrets.vault import Vault
 
 
 @dataclass
@@ -26,6 +27,7 @@ class AppState:
     settings: Settings
     engine: AsyncEngine
     registry: Registry
+    vault: Vault
 
 
 def state(request: Request) -> AppState:
@@ -78,3 +80,4 @@ ActorDep = Annotated[auth.Actor, Depends(current_actor)]
 EventsWriter = Annotated[auth.ApiCaller, Depends(require_scope("events:write"))]
 EventsReader = Annotated[auth.ApiCaller, Depends(require_scope("events:read"))]
 DirectoryWriter = Annotated[auth.ApiCaller, Depends(require_scope("directory:write"))]
+SecretsWriter = Annotated[auth.ApiCaller, Depends(require_scope("secrets:write"))]

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -396,6 +397,25 @@ notification_delivery = Table(
         "lease_expires_at",
         postgresql_where=text("status = 'processing'"),
     ),
+    # What sweep 2 re-queues once the backoff has elapsed.
+    Index(
+        "notification_delivery_failed_due_idx",
+        "next_attempt_at",
+        postgresql_where=text("status = 'failed'"),
+    ),
+    # The centre's "a delivered in-app row exists" predicate, as an index-only probe.
+    Index(
+        "notification_delivery_inbox_idx",
+        "recipient_id",
+        postgresql_where=text("channel = 'in_app' AND status = 'delivered'"),
+    ),
+    # What backfill re-drives once a provider is configured (R-BACKFILL-2).
+    Index(
+        "notification_delivery_unconfigured_idx",
+        "channel",
+        "queued_at",
+        postgresql_where=text("status = 'skipped_unconfigured'"),
+    ),
 )
 
 notification_delivery_attempt = Table(
@@ -602,4 +622,21 @@ api_key = Table(
     Column("last_used_at", TZ),
     Column("revoked_at", TZ),
     CheckConstraint(f"scopes <@ ARRAY{[*vocabulary.API_SCOPES, '*']}::text[]", name="scopes"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# The embedded secret vault (used when HERALD_REDIS_URL is unset): UNLOGGED, so its rows never
+# reach the WAL or a replica; encrypted with a key that lives outside the database; every read
+# deletes (R-SECRET-9); rows expire on their own (R-SECRET-8).
+
+secret_vault = Table(
+    "secret_vault",
+    metadata,
+    Column("ref_id", Text, primary_key=True),
+    _tenant(),
+    Column("ciphertext", LargeBinary, nullable=False),
+    _created_at(),
+    Column("expires_at", TZ, nullable=False),
+    Index("secret_vault_expires_at_idx", "expires_at"),
+    prefixes=["UNLOGGED"],
 )

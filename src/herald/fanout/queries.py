@@ -212,3 +212,7 @@ async def wake_delivery_workers(conn: AsyncConnection) -> None:
 
 async def release_own_claim(conn: AsyncConnection, event_id: int, token: uuid.UUID) -> None:
     await conn.execute(SQL["release_own_claim"], {"event_id": event_id, "token": token})
+
+
+async def wake_if_due(conn: AsyncConnection) -> None:
+    await conn.execute(SQL["wake_if_due"])

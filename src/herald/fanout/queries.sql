@@ -98,3 +98,12 @@ RETURNING e.id;
 UPDATE notification_event
    SET fanout_claimed_at = NULL, fanout_claim_token = NULL
  WHERE id = :event_id AND fanout_claim_token = :token AND fanout_completed_at IS NULL;
+
+-- name: wake_if_due
+-- Reaper sweep 4: nudge the fan-out workers when a due, unclaimed event is waiting. The poller
+-- finds every such event by itself (no relay to lose, R-PLAT-3); this only shortens the wait.
+SELECT pg_notify('herald_fanout', '')
+ WHERE EXISTS (
+        SELECT 1 FROM notification_event
+         WHERE fanout_claimed_at IS NULL AND fanout_completed_at IS NULL AND cancelled_at IS NULL
+           AND coalesce(scheduled_for, created_at) <= now());

@@ -234,3 +234,8 @@ async def release_stale_claims(
 async def release_claim(conn: AsyncConnection, event: ClaimedEvent, token: uuid.UUID) -> None:
     """Give an unfinished event back (graceful drain); it resumes from its cursor."""
     await queries.release_own_claim(conn, event.id, token)
+
+
+async def wake_if_due(conn: AsyncConnection) -> None:
+    """Reaper sweep 4: a NOTIFY when a due, unclaimed event is waiting."""
+    await queries.wake_if_due(conn)

@@ -10,15 +10,15 @@ builders but never replace them: the code builder is the fallback that cannot be
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from herald import vocabulary
-from herald.errors import RegistryError
+from herald.errors import RegistryError, TelegramTemplateInvalid
+from herald.rendering.interpolate import malformed_placeholders, placeholders
+from herald.rendering.telegram import validate_telegram_template
 
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # Every template may use the recipient's name (the per-recipient overlay, R-AUD-15).
 RECIPIENT_VARIABLES: frozenset[str] = frozenset({"name"})
 
@@ -34,10 +34,14 @@ class Template:
     title: str | None = None
 
     def placeholders(self) -> set[str]:
-        found = set(PLACEHOLDER.findall(self.body))
+        found = placeholders(self.body)
         if self.title:
-            found |= set(PLACEHOLDER.findall(self.title))
+            found |= placeholders(self.title)
         return found
+
+    def malformed_placeholders(self) -> list[str]:
+        """`{{…}}` spans that are not flat names: they would never render (R-RENDER-8)."""
+        return malformed_placeholders(self.title or "") + malformed_placeholders(self.body)
 
 
 # A builder may be a Template or code that returns one from the merged variables.
@@ -125,6 +129,9 @@ def _validate(kind: Kind) -> None:
     # R-RENDER-15 / R-RENDER-28: the centre reads the in-app delivery's rendered columns.
     if "in_app" in kind.channels and not kind.persist_rendered:
         raise RegistryError(f"{where}: declares in_app without persist_rendered")
+    # R-SECRET-15: secretRef is dropped before rendering, so a template using it never renders.
+    if "secretRef" in kind.allowed_placeholders:
+        raise RegistryError(f"{where}: secretRef cannot be a template variable")
     for channel, by_locale in kind.templates.items():
         if channel not in kind.channels:
             raise RegistryError(f"{where}: has a builder for undeclared channel {channel!r}")
@@ -135,8 +142,19 @@ def _validate(kind: Kind) -> None:
                     raise RegistryError(
                         f"{where}: {channel}/{locale} uses undeclared variables {sorted(unknown)}"
                     )
+                malformed = builder.malformed_placeholders()
+                if malformed:
+                    raise RegistryError(
+                        f"{where}: {channel}/{locale} has placeholders that are not flat names "
+                        f"{malformed}"
+                    )
                 if channel in ("in_app", "email", "push") and not builder.title:
                     raise RegistryError(f"{where}: {channel}/{locale} needs a title")
+                if channel == "telegram":
+                    try:
+                        validate_telegram_template(builder.body)
+                    except TelegramTemplateInvalid as exc:
+                        raise RegistryError(f"{where}: telegram/{locale}: {exc.message}") from exc
 
 
 def load_registry(spec: str | None) -> Registry:
@@ -146,9 +164,15 @@ def load_registry(spec: str | None) -> Registry:
 
         return SAMPLE_REGISTRY
     module_name, _, attribute = spec.partition(":")
-    if not attribute:
+    if not module_name or not attribute:
         raise RegistryError(f"HERALD_KINDS must look like package.module:registry, got {spec!r}")
-    loaded = getattr(importlib.import_module(module_name), attribute)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RegistryError(f"HERALD_KINDS: cannot import {module_name!r}: {exc}") from exc
+    loaded = getattr(module, attribute, None)
+    if loaded is None:
+        raise RegistryError(f"HERALD_KINDS: {module_name!r} has no attribute {attribute!r}")
     if not isinstance(loaded, Registry):
         raise RegistryError(f"{spec} is not a herald.kinds.Registry")
     return loaded

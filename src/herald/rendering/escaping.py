@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import html
 import re
 
-_CRLF = re.compile(r"[\r\n]+")
+_HTML = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"},
+)
+# CR and LF (R-RENDER-12), plus every other character str.splitlines() breaks on: a mail library
+# or relay that splits on one of those would otherwise see a second header line.
+_LINE_BREAKS = re.compile(r"[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
 
 
 def escape_html(value: str) -> str:
     """Replace exactly `&` `<` `>` `"` `'` (R-RENDER-20); nothing else."""
-    return html.escape(value, quote=True)
+    return value.translate(_HTML)
 
 
 def escape_header(value: str) -> str:
-    """Collapse every run of CR/LF to one space, so a value cannot split a mail header (R-RENDER-12)."""
-    return _CRLF.sub(" ", value)
+    """Collapse every run of line breaks to one space, so a value cannot split a mail header
+    (R-RENDER-12, R-RENDER-19)."""
+    return _LINE_BREAKS.sub(" ", value)

@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+import unicodedata
 from urllib.parse import urlsplit
 
 MAX_ACTION_URL_LENGTH = 2048
+
+# Control (Cc), format (Cf: zero-width and bidi overrides), and separator (Z*) characters let a
+# URL mean different things to different parsers, or look like something else to a reader.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 
 def is_safe_action_url(url: str) -> bool:
     if not url or len(url) > MAX_ACTION_URL_LENGTH:
         return False
-    # Control characters and whitespace let a URL mean different things to different parsers.
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+    if any(ch.isspace() or unicodedata.category(ch) in _REFUSED_CATEGORIES for ch in url):
         return False
     if url.startswith("/"):
         # `//evil.example` and `/\evil.example` are protocol-relative to a browser (R-RENDER-22).
         return not url.startswith(("//", "/\\"))
+    # Browsers read `\` as `/` in special-scheme URLs, so it could move the authority.
+    if "\\" in url:
+        return False
     try:
         parts = urlsplit(url)
     except ValueError:
         return False
     # Decide on the parsed scheme: javascript: and data: parse fine (R-RENDER-23); http: is
-    # refused everywhere, development included (R-RENDER-24).
-    return parts.scheme.lower() == "https" and bool(parts.hostname) and "\\" not in url
+    # refused everywhere, development included (R-RENDER-24). The scheme is case-insensitive
+    # (RFC 3986 §3.1), so `HTTPS://host` is https and `JavaScript:` is still javascript.
+    return parts.scheme.lower() == "https" and bool(parts.hostname)
 
 
 def safe_action_url_or_none(url: str | None) -> str | None:

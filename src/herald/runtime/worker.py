@@ -1,8 +1,9 @@
-"""`herald worker`: the fan-out loop and the maintenance tick, woken by LISTEN/NOTIFY and polling.
+"""`herald worker`: fan-out, the channel senders and the maintenance tick, in one process.
 
-A lost notification only delays work until the next poll; it never loses it. On a stop request the
-worker interrupts its wait at once, finishes (or hands back) the event in hand, closes its
-listener connection, and returns (R-OPS-9..12).
+Every loop is woken by LISTEN/NOTIFY and also polls, so a lost notification only delays work
+until the next poll; it never loses it. On a stop request the worker interrupts its waits at once
+(R-OPS-10), starts no new iteration (R-OPS-9), finishes or hands back the work in hand (R-OPS-11),
+closes its listener connection and providers (R-OPS-12), and returns.
 """
 
 from __future__ import annotations
@@ -10,15 +11,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald.channels.base import Provider
+from herald.channels.providers import (
+    build_providers,
+    check_providers,
+    close_providers,
+    configured_channels,
+)
 from herald.config import Settings
 from herald.db.engine import libpq_url
-from herald.fanout import service as fanout_service
+from herald.delivery.queries import DELIVERY_CHANNEL
+from herald.delivery.worker import deliver_batch
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
+from herald.maintenance.service import run_tick
+from herald.secrets.vault import Vault, build_vault
 from herald.sending.queries import FANOUT_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -32,66 +44,109 @@ async def run_worker(
     *,
     publish: Publish | None = None,
     tenant_id: str | None = None,
+    providers: Mapping[str, Provider] | None = None,
+    vault: Vault | None = None,
+    channels: bool = True,
+    maintenance: bool = True,
 ) -> None:
-    """Run until `stop` is set. `tenant_id` restricts the worker to one tenant (tests, sharding)."""
-    wake = asyncio.Event()
+    """Run until `stop` is set. `tenant_id` restricts fan-out and sends to one tenant (tests,
+    sharding); `channels=False` / `maintenance=False` run a narrower worker."""
+    own_providers = providers is None
+    providers = dict(providers) if providers is not None else build_providers(settings)
+    check_providers(settings, providers)
+    vault = vault if vault is not None else build_vault(settings, engine)
+    wakes = {FANOUT_CHANNEL: asyncio.Event(), DELIVERY_CHANNEL: asyncio.Event()}
     url = libpq_url(engine.url.render_as_string(hide_password=False))
+
+    async def fanout_once() -> bool:
+        return await fan_out_next_event(
+            engine,
+            registry,
+            batch_size=settings.fanout_batch_size,
+            publish=publish,
+            stop=stop,
+            tenant_id=tenant_id,
+        )
+
     tasks = [
-        asyncio.create_task(_listen(url, FANOUT_CHANNEL, wake, stop), name="herald-listen"),
+        asyncio.create_task(_listen(url, wakes, stop), name="herald-listen"),
         asyncio.create_task(
-            _fanout_loop(settings, engine, registry, wake, stop, publish, tenant_id),
+            _loop("fan-out", fanout_once, wakes[FANOUT_CHANNEL], stop, settings),
             name="herald-fanout",
         ),
-        asyncio.create_task(_maintenance_loop(settings, engine, stop), name="herald-maintenance"),
     ]
-    log.info("worker started (poll every %ss)", settings.poll_interval_seconds)
+    if channels:
+        for channel, provider in sorted(providers.items()):
+
+            async def send_once(channel: str = channel, provider: Provider = provider) -> bool:
+                claimed = await deliver_batch(
+                    engine,
+                    channel,
+                    provider,
+                    registry=registry,
+                    vault=vault,
+                    settings=settings,
+                    tenant_id=tenant_id,
+                )
+                return claimed > 0
+
+            tasks.append(
+                asyncio.create_task(
+                    _loop(f"{channel} sender", send_once, wakes[DELIVERY_CHANNEL], stop, settings),
+                    name=f"herald-{channel}",
+                )
+            )
+    if maintenance:
+        tasks.append(
+            asyncio.create_task(
+                _maintenance(settings, engine, providers, stop), name="herald-maintenance"
+            )
+        )
+    log.info(
+        "worker started: fan-out%s%s",
+        ", channels" if channels else "",
+        ", maintenance" if maintenance else "",
+    )
     try:
         await stop.wait()
     finally:
         stop.set()
-        wake.set()
+        for wake in wakes.values():
+            wake.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if own_providers:
+            await close_providers(providers)
+        await vault.aclose()
         log.info("worker stopped")
 
 
-async def _fanout_loop(
-    settings: Settings,
-    engine: AsyncEngine,
-    registry: Registry,
+async def _loop(
+    name: str,
+    once: Callable[[], Awaitable[bool]],
     wake: asyncio.Event,
     stop: asyncio.Event,
-    publish: Publish | None,
-    tenant_id: str | None,
+    settings: Settings,
 ) -> None:
+    """Run `once` back to back while it finds work; otherwise wait for a wake-up or the poll."""
     while not stop.is_set():
         try:
-            did_work = await fan_out_next_event(
-                engine,
-                registry,
-                batch_size=settings.fanout_batch_size,
-                publish=publish,
-                stop=stop,
-                tenant_id=tenant_id,
-            )
+            did_work = await once()
         except Exception:
-            # The claim stays; the reaper releases it and the cursor resumes the work.
-            log.exception("fan-out failed; will retry after the claim is released")
+            log.exception("%s iteration failed; its work stays claimable and is retried", name)
             did_work = False
         if not did_work:
             await _sleep_until(wake, stop, settings.poll_interval_seconds)
 
 
-async def _maintenance_loop(settings: Settings, engine: AsyncEngine, stop: asyncio.Event) -> None:
-    """Periodic sweeps; each catches its own failure so later ticks still run (R-OPS-5)."""
-    interval = max(1.0, settings.lease_seconds / 2)
+async def _maintenance(
+    settings: Settings, engine: AsyncEngine, providers: Mapping[str, Provider], stop: asyncio.Event
+) -> None:
+    """The periodic tick; every sweep catches its own failure (R-OPS-5)."""
+    interval = max(1.0, min(settings.lease_seconds / 2, 30.0))
+    backfill = configured_channels(providers)
     while not stop.is_set():
         try:
-            async with engine.begin() as conn:
-                released = await fanout_service.release_stale_claims(
-                    conn, older_than_seconds=settings.fanout_lease_seconds
-                )
-            if released:
-                log.warning("reaper released %d stale fan-out claim(s)", len(released))
+            await run_tick(engine, settings, backfill_channels=backfill)
         except Exception:
             log.exception("maintenance tick failed")
         await _sleep_until(None, stop, interval)
@@ -110,15 +165,18 @@ async def _sleep_until(wake: asyncio.Event | None, stop: asyncio.Event, seconds:
             wake.clear()
 
 
-async def _listen(url: str, channel: str, wake: asyncio.Event, stop: asyncio.Event) -> None:
-    """Hold one LISTEN connection; reconnect after failures. Polling covers any gap."""
+async def _listen(url: str, wakes: Mapping[str, asyncio.Event], stop: asyncio.Event) -> None:
+    """Hold one LISTEN connection for every channel; reconnect after failures. Polling covers gaps."""
     while not stop.is_set():
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {channel}")
+                for channel in wakes:
+                    await conn.execute(f"LISTEN {channel}")
                 while not stop.is_set():
-                    async for _ in conn.notifies(timeout=0.5):
-                        wake.set()
+                    async for notify in conn.notifies(timeout=0.5):
+                        wake = wakes.get(notify.channel)
+                        if wake is not None:
+                            wake.set()
         except Exception:
             if stop.is_set():
                 return

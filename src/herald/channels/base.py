@@ -1,0 +1,114 @@
+"""The one shape every provider speaks: a Message in, a ProviderOutcome out.
+
+A provider never raises for a delivery problem: it sorts every answer into sent, failed
+(retryable or not) or skipped, with an error code from its channel's fixed table and at most a
+bounded, allowlisted detail — never provider text, which can echo the message (an OTP) back
+(R-PROVIDER-24, R-STATE-15). An unconfigured provider answers skipped/unconfigured (R-PROVIDER-14).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import httpx
+
+from herald.config import Settings
+
+Outcome = Literal["sent", "failed", "skipped"]
+SkipReason = Literal["unconfigured", "mock", "no_destination"]
+
+MAX_DETAIL = 80
+_DETAIL_ALLOWED = re.compile(r"[^A-Za-z0-9_.:\- ]")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One rendered message to one destination. Bodies live only in memory for the send."""
+
+    channel: str
+    to: str  # email address, E.164 number, push token, or Telegram chat id
+    body: str  # plain text (email text part, SMS, push body) or Telegram HTML
+    title: str | None = None  # email subject, push title
+    body_html: str | None = None  # email only, every value already escaped
+    action_url: str | None = None  # already through the safety check
+    platform: str | None = None  # push: android | ios | web
+    idempotency_key: str | None = None  # stable per delivery attempt chain (Resend Idempotency-Key)
+    kind: str | None = None
+    priority: str = "normal"
+
+
+@dataclass(frozen=True)
+class ProviderOutcome:
+    outcome: Outcome
+    retryable: bool = False
+    error_code: str | None = None
+    detail: str | None = None
+    provider_message_id: str | None = None
+    provider_status: str | None = None
+    retry_after_seconds: int | None = None
+    skip_reason: SkipReason | None = None
+    invalidate_token: bool = False  # push: the token is dead (UNREGISTERED, invalid)
+    recipient_blocked: bool = False  # telegram: the person blocked the bot
+
+    @staticmethod
+    def sent(message_id: str | None = None, status: str | None = None) -> ProviderOutcome:
+        return ProviderOutcome(outcome="sent", provider_message_id=message_id, provider_status=status)
+
+    @staticmethod
+    def unconfigured() -> ProviderOutcome:
+        return ProviderOutcome(outcome="skipped", skip_reason="unconfigured")
+
+    @staticmethod
+    def failure(
+        code: str,
+        *,
+        retryable: bool,
+        detail: str | None = None,
+        status: str | None = None,
+        retry_after_seconds: int | None = None,
+        invalidate_token: bool = False,
+        recipient_blocked: bool = False,
+    ) -> ProviderOutcome:
+        return ProviderOutcome(
+            outcome="failed",
+            retryable=retryable,
+            error_code=code,
+            detail=bounded_detail(detail),
+            provider_status=status,
+            retry_after_seconds=retry_after_seconds,
+            invalidate_token=invalidate_token,
+            recipient_blocked=recipient_blocked,
+        )
+
+
+def bounded_detail(detail: str | None) -> str | None:
+    """An allowlisted, bounded detail: letters, digits and `_.:- `, at most 80 characters."""
+    if not detail:
+        return None
+    return _DETAIL_ALLOWED.sub("", detail)[:MAX_DETAIL] or None
+
+
+class Provider(Protocol):
+    """What a channel worker calls. One instance per provider per process (R-PROVIDER-3)."""
+
+    channel: str
+    name: str
+
+    def is_configured(self) -> bool: ...
+
+    @property
+    def is_mock(self) -> bool: ...
+
+    async def send(self, message: Message) -> ProviderOutcome: ...
+
+    async def aclose(self) -> None: ...
+
+
+def http_client(settings: Settings, base_url: str, **kwargs: object) -> httpx.AsyncClient:
+    """The HTTP client every HTTP provider uses: 3 s connect, 10 s read (R-PROVIDER-22/23)."""
+    timeout = httpx.Timeout(
+        settings.provider_read_timeout_seconds, connect=settings.provider_connect_timeout_seconds
+    )
+    return httpx.AsyncClient(base_url=base_url, timeout=timeout, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,178 @@
+"""SQL of the delivery stage: claims, send context, the recorder's batch write, sweeps, replay."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald import vocabulary
+from herald.db import schema as s
+from herald.db import sqlfile
+
+SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
+DELIVERY_CHANNEL = "herald_delivery"
+
+
+async def claim_due_deliveries(
+    conn: AsyncConnection,
+    channel: str,
+    limit: int,
+    lease_seconds: int,
+    tenant_id: str | None = None,
+) -> list[int]:
+    result = await conn.execute(
+        SQL["claim_due_deliveries"],
+        {
+            "channel": channel,
+            "limit": limit,
+            "lease_seconds": lease_seconds,
+            "tenant_id": tenant_id,
+        },
+    )
+    return [row.id for row in result]
+
+
+async def send_context(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:
+    result = await conn.execute(SQL["send_context"], {"ids": list(ids)})
+    return [dict(row._mapping) for row in result]
+
+
+@dataclass
+class OutcomeRows:
+    """Column arrays for one record_outcomes statement."""
+
+    ids: list[int] = field(default_factory=list)
+    claimed_ats: list[datetime] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    attempt_incs: list[int] = field(default_factory=list)
+    failure_incs: list[int] = field(default_factory=list)
+    delays: list[int | None] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
+    message_ids: list[str | None] = field(default_factory=list)
+    hints: list[str | None] = field(default_factory=list)
+    titles: list[str | None] = field(default_factory=list)
+    bodies: list[str | None] = field(default_factory=list)
+    hashes: list[str | None] = field(default_factory=list)
+    template_versions: list[int | None] = field(default_factory=list)
+    called: list[bool] = field(default_factory=list)
+    provider_statuses: list[str | None] = field(default_factory=list)
+    outcomes: list[str | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def row(self, index: int) -> OutcomeRows:
+        """A one-row copy, for recording rows one by one when a batch write fails."""
+        single = OutcomeRows()
+        for name, values in vars(self).items():
+            getattr(single, name).append(values[index])
+        return single
+
+    def params(self) -> dict[str, Any]:
+        return {**vars(self), "skipped_statuses": list(vocabulary.SKIPPED_STATUSES)}
+
+
+async def record_outcomes(conn: AsyncConnection, rows: OutcomeRows) -> set[int]:
+    """Write the batch; return the ids actually written (a row whose lease was reclaimed is not)."""
+    if not rows:
+        return set()
+    result = await conn.execute(SQL["record_outcomes"], rows.params())
+    return {row.id for row in result}
+
+
+async def requeue_due_failures(conn: AsyncConnection, limit: int) -> list[str]:
+    return [
+        row.channel for row in await conn.execute(SQL["requeue_due_failures"], {"limit": limit})
+    ]
+
+
+async def reclaim_expired_leases(
+    conn: AsyncConnection, max_attempts: int, limit: int
+) -> list[dict[str, Any]]:
+    result = await conn.execute(
+        SQL["reclaim_expired_leases"], {"max_attempts": max_attempts, "limit": limit}
+    )
+    return [dict(row._mapping) for row in result]
+
+
+async def backfill_unconfigured(
+    conn: AsyncConnection, channels: Sequence[str], max_age_hours: int, limit: int
+) -> list[str]:
+    result = await conn.execute(
+        SQL["backfill_unconfigured"],
+        {"channels": list(channels), "max_age_hours": max_age_hours, "limit": limit},
+    )
+    return [row.channel for row in result]
+
+
+async def deactivate_push_token(conn: AsyncConnection, token_id: int, reason: str) -> None:
+    t = s.notification_push_token
+    await conn.execute(
+        t.update()
+        .where(t.c.id == token_id, t.c.is_active)
+        .values(is_active=False, invalidated_at=s.NOW, invalidation_reason=reason)
+    )
+
+
+async def forbid_telegram(conn: AsyncConnection, person_id: int) -> None:
+    await conn.execute(
+        s.person.update().where(s.person.c.id == person_id).values(telegram_can_write=False)
+    )
+
+
+async def find_dead_letter(
+    conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID
+) -> dict[str, Any] | None:
+    d = s.dead_letter
+    row = (
+        await conn.execute(
+            select(d.c.id, d.c.queue_name, d.c.job_name, d.c.payload_ref, d.c.replayed_at).where(
+                d.c.tenant_id == tenant_id, d.c.public_id == public_id
+            )
+        )
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+async def insert_replay(
+    conn: AsyncConnection, tenant_id: str, delivery_public_id: uuid.UUID
+) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(
+            SQL["insert_replay"], {"tenant_id": tenant_id, "delivery_public_id": delivery_public_id}
+        )
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+async def mark_dead_letter_replayed(
+    conn: AsyncConnection, dead_letter_id: int, actor: str, replay_job_id: str
+) -> bool:
+    result = await conn.execute(
+        SQL["mark_dead_letter_replayed"],
+        {"id": dead_letter_id, "actor": actor, "replay_job_id": replay_job_id},
+    )
+    return bool(result.rowcount == 1)
+
+
+async def published_overrides(
+    conn: AsyncConnection, pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    if not pairs:
+        return []
+    result = await conn.execute(
+        SQL["published_overrides"],
+        {"tenants": [p[0] for p in pairs], "kinds": [p[1] for p in pairs]},
+    )
+    return [dict(row._mapping) for row in result]
+
+
+async def wake_channel_workers(conn: AsyncConnection) -> None:
+    await conn.execute(select(func.pg_notify(DELIVERY_CHANNEL, "")))

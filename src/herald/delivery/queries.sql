@@ -1,0 +1,191 @@
+-- name: claim_due_deliveries
+-- Claim due, queued rows of one channel (R-STATE-1, R-STATE-8, R-STATE-16): one conditional UPDATE
+-- that flips queued → processing and stamps the claim and its lease together (R-STATE-6).
+-- SKIP LOCKED keeps concurrent workers disjoint (R-STATE-17). claimed_at doubles as the lease
+-- token: the recorder only writes an outcome while the row still carries it.
+UPDATE notification_delivery d
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE d.id IN (
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.status = 'queued'
+           AND c.channel = :channel
+           AND c.next_attempt_at <= now()
+           AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED)
+RETURNING d.id;
+
+-- name: send_context
+-- Everything one send needs, for a batch of claimed rows. person is LEFT JOINed so an erased
+-- recipient (user_id NULL) still loads and is recorded as gone instead of vanishing (R-CHAN-5).
+-- The push token row is re-read here, at send time (R-CHAN-13).
+SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
+       d.claimed_at,
+       r.user_id, r.variables AS recipient_variables, r.locale,
+       e.kind, e.variables AS event_variables, e.action_url, e.priority,
+       p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
+       p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
+       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active
+  FROM notification_delivery d
+  JOIN notification_recipient r ON r.id = d.recipient_id
+  JOIN notification_event e ON e.id = d.event_id
+  LEFT JOIN person p ON p.id = r.user_id
+  LEFT JOIN notification_push_token t ON t.id = d.provider_target_id AND d.channel = 'push'
+ WHERE d.id = ANY(CAST(:ids AS bigint[]))
+ ORDER BY d.id;
+
+-- name: record_outcomes
+-- The recorder's one write for a batch of outcomes. Each row moves out of processing and clears
+-- its claim and lease together (R-STATE-5, R-STATE-6); skips set skipped_at in the same UPDATE
+-- (R-STATE-7); a row reaching dead writes its dead letter in the same statement (R-DLQ-17) with a
+-- reference-only payload_ref (R-SCHEMA-52); each provider call leaves an attempt row with only
+-- outcome, number, provider status, delay, code and message id (R-STATE-21).
+-- `d.claimed_at = u.claimed_at` makes the write conditional on still holding the lease: if the
+-- reaper reclaimed the row meanwhile, this outcome is not written over the newer state.
+WITH u AS (
+    SELECT *
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:claimed_ats AS timestamptz[]), CAST(:statuses AS text[]),
+                  CAST(:attempt_incs AS integer[]), CAST(:failure_incs AS integer[]),
+                  CAST(:delays AS integer[]), CAST(:errors AS text[]), CAST(:message_ids AS text[]),
+                  CAST(:hints AS text[]), CAST(:titles AS text[]), CAST(:bodies AS text[]),
+                  CAST(:hashes AS text[]), CAST(:template_versions AS integer[]),
+                  CAST(:called AS boolean[]), CAST(:provider_statuses AS text[]),
+                  CAST(:outcomes AS text[]))
+           AS u(id, claimed_at, status, attempt_inc, failure_inc, delay, error, message_id, hint,
+                title, body, hash, template_version, called, provider_status, outcome)
+), done AS (
+    UPDATE notification_delivery d
+       SET status = u.status,
+           claimed_at = NULL,
+           lease_expires_at = NULL,
+           attempts = d.attempts + u.attempt_inc,
+           failure_count = d.failure_count + u.failure_inc,
+           sent_at = CASE WHEN u.status = 'sent' THEN now() ELSE d.sent_at END,
+           failed_at = CASE WHEN u.status IN ('failed', 'dead') THEN now() ELSE NULL END,
+           dead_at = CASE WHEN u.status = 'dead' THEN now() ELSE NULL END,
+           skipped_at = CASE WHEN u.status = ANY(CAST(:skipped_statuses AS text[])) THEN now() ELSE NULL END,
+           next_attempt_at = CASE WHEN u.delay IS NULL THEN d.next_attempt_at
+                                  ELSE now() + make_interval(secs => u.delay) END,
+           last_error = u.error,
+           provider_message_id = coalesce(u.message_id, d.provider_message_id),
+           destination_hint = coalesce(u.hint, d.destination_hint),
+           rendered_title = coalesce(u.title, d.rendered_title),
+           rendered_body = coalesce(u.body, d.rendered_body),
+           rendered_hash = coalesce(u.hash, d.rendered_hash),
+           template_version = coalesce(u.template_version, d.template_version)
+      FROM u
+     WHERE d.id = u.id AND d.status = 'processing' AND d.claimed_at = u.claimed_at
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+), letters AS (
+    INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
+    SELECT done.tenant_id, 'notification.' || done.channel, 'channel_send', done.public_id::text,
+           jsonb_build_object('notificationDeliveryPublicId', done.public_id::text, 'channel', done.channel),
+           done.attempts, done.last_error
+      FROM done
+     WHERE done.status = 'dead'
+), evidence AS (
+    INSERT INTO notification_delivery_attempt
+           (tenant_id, delivery_id, outcome, attempt_number, provider_status, retry_delay_seconds,
+            error_code, provider_message_id)
+    SELECT done.tenant_id, done.id, u.outcome, done.attempts, u.provider_status, u.delay, u.error, u.message_id
+      FROM done JOIN u ON u.id = done.id
+     WHERE u.called
+)
+SELECT id FROM done;
+
+-- name: requeue_due_failures
+-- Reaper sweep 2: a failed row whose backoff has elapsed goes back to queued, clearing failed_at
+-- and last_error (R-STATE-10) so "failed once, then delivered" is not counted as a failure.
+-- Every row it touches leaves its candidate set; no watermark (R-REAPER-6).
+UPDATE notification_delivery d
+   SET status = 'queued', failed_at = NULL, last_error = NULL
+ WHERE d.id IN (
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.status = 'failed' AND c.next_attempt_at <= now()
+         ORDER BY c.next_attempt_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED)
+RETURNING d.channel;
+
+-- name: reclaim_expired_leases
+-- Reaper sweep 1: a processing row whose lease has passed is reclaimed, never left stranded
+-- (R-REAPER-1). Every reclaim counts an attempt (R-REAPER-2) and a lease expiry, separately from
+-- provider failures (R-REAPER-3, R-OBS-5); a reclaim that reaches the maximum ends the row as dead
+-- with its dead letter instead of queueing it again (R-REAPER-4).
+WITH expired AS (
+    UPDATE notification_delivery d
+       SET status = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'dead' ELSE 'queued' END,
+           attempts = d.attempts + 1,
+           lease_expiry_count = d.lease_expiry_count + 1,
+           claimed_at = NULL,
+           lease_expires_at = NULL,
+           next_attempt_at = now(),
+           dead_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
+           failed_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
+           last_error = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'LEASE_EXPIRED' END
+     WHERE d.id IN (
+            SELECT c.id
+              FROM notification_delivery c
+             WHERE c.status = 'processing' AND c.lease_expires_at < now()
+             ORDER BY c.lease_expires_at
+             LIMIT :limit
+               FOR UPDATE SKIP LOCKED)
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+), letters AS (
+    INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
+    SELECT tenant_id, 'notification.' || channel, 'channel_send', public_id::text,
+           jsonb_build_object('notificationDeliveryPublicId', public_id::text, 'channel', channel),
+           attempts, last_error
+      FROM expired
+     WHERE status = 'dead'
+)
+SELECT id, status, channel FROM expired;
+
+-- name: backfill_unconfigured
+-- Re-drive skipped_unconfigured rows of channels configured now (R-BACKFILL-1..3) and younger than
+-- the backfill window (R-BACKFILL-6), by compare-and-set on the status (R-BACKFILL-4), clearing
+-- skipped_at in the same statement (R-BACKFILL-5) and making the row due (R-PLAT-4).
+UPDATE notification_delivery d
+   SET status = 'queued', skipped_at = NULL, next_attempt_at = now()
+ WHERE d.id IN (
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.status = 'skipped_unconfigured'
+           AND c.channel = ANY(CAST(:channels AS text[]))
+           AND c.queued_at > now() - make_interval(hours => :max_age_hours)
+         ORDER BY c.queued_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED)
+   AND d.status = 'skipped_unconfigured'
+RETURNING d.channel;
+
+-- name: insert_replay
+-- Replay inserts a new queued row pointing at the original (R-DLQ-5, R-DLQ-12, R-DLQ-14); the
+-- original keeps its failed_at, last_error and provider_message_id (R-DLQ-13). The new row is
+-- itself the channel work (R-PLAT-6).
+INSERT INTO notification_delivery
+       (tenant_id, event_id, recipient_id, channel, provider_target_id, replay_of_delivery_id, status,
+        queued_at, next_attempt_at)
+SELECT o.tenant_id, o.event_id, o.recipient_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now()
+  FROM notification_delivery o
+ WHERE o.tenant_id = :tenant_id AND o.public_id = :delivery_public_id AND o.channel <> 'in_app'
+RETURNING id, public_id, channel;
+
+-- name: mark_dead_letter_replayed
+-- The replay's compare-and-set, the last statement of its transaction (R-DLQ-4, R-DLQ-15): a
+-- concurrent second replay updates nothing and rolls back its own insert with it.
+UPDATE dead_letter
+   SET replayed_at = now(), replayed_by = :actor, replay_job_id = :replay_job_id
+ WHERE id = :id AND replayed_at IS NULL;
+
+-- name: published_overrides
+-- The published operator overrides of the kinds in a claimed batch, read once per batch.
+SELECT tenant_id, kind, channel, locale, title, body, version
+  FROM notification_template
+ WHERE status = 'published'
+   AND (tenant_id, kind) IN (SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:kinds AS text[])));

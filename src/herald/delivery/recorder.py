@@ -1,0 +1,152 @@
+"""The DeliveryRecorder: the only writer of notification_delivery.status after the fan-out's
+initial insert (R-STATE-5).
+
+It turns each send's result into one row of a batch write and decides the transition:
+- sent → `sent`, one attempt;
+- a skip (gone, no template, no destination, unconfigured or mock provider) → `skipped_*`, no
+  attempt consumed (R-STATE-13) and never a dead letter (R-DLQ-7, R-DLQ-19);
+- a retryable failure with attempts left → `failed` with backoff (sweep 2 re-queues it);
+- a non-retryable failure, or the last attempt → `dead` with its dead letter, no backoff
+  (R-STATE-9, R-DLQ-17).
+`last_error` is a code from the channel's fixed table plus at most an allowlisted detail
+(R-STATE-15). The batch is written in one statement; if that statement fails, each row is written
+on its own so one bad row never loses another's outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from herald.channels.base import ProviderOutcome, bounded_detail
+from herald.config import Settings
+from herald.delivery import queries
+from herald.delivery.backoff import backoff_seconds
+from herald.delivery.queries import OutcomeRows
+from herald.delivery.send import Prepared
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_CODES = {
+    "email": "EMAIL_UNKNOWN",
+    "sms": "SMS_UNKNOWN",
+    "push": "PUSH_UNKNOWN",
+    "telegram": "TELEGRAM_UNKNOWN",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What happened to one claimed delivery: a skip decided before sending, or a provider outcome."""
+
+    prepared: Prepared
+    outcome: ProviderOutcome | None = None
+
+
+def last_error(outcome: ProviderOutcome, channel: str) -> str:
+    code = outcome.error_code or UNKNOWN_CODES.get(channel, "PROVIDER_UNKNOWN")
+    detail = bounded_detail(outcome.detail)
+    return f"{code} ({detail})" if detail else code
+
+
+def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
+    rows = OutcomeRows()
+    for result in results:
+        ctx = result.prepared.context
+        prepared, outcome = result.prepared, result.outcome
+        status: str
+        attempt_inc = failure_inc = 0
+        delay: int | None = None
+        error: str | None = None
+        called = False
+        outcome_name: str | None = None
+        if outcome is None:
+            status = prepared.skip or "skipped_no_template"
+        elif outcome.outcome == "sent":
+            status, attempt_inc, called, outcome_name = "sent", 1, True, "sent"
+        elif outcome.outcome == "skipped":
+            # Unconfigured and mock alike: re-driven by backfill once a real provider is configured.
+            status = (
+                "skipped_unconfigured"
+                if outcome.skip_reason != "no_destination"
+                else "skipped_no_destination"
+            )
+            called, outcome_name = outcome.skip_reason == "mock", "skipped"
+        else:
+            attempt_inc, failure_inc, called = 1, 1, True
+            error = last_error(outcome, ctx["channel"])
+            if outcome.retryable and ctx["attempts"] + 1 < settings.max_attempts:
+                status, outcome_name = "failed", "failed"
+                delay = backoff_seconds(
+                    ctx["failure_count"] + 1,
+                    base=settings.retry_base_seconds,
+                    ceiling=settings.retry_max_seconds,
+                    retry_after=outcome.retry_after_seconds,
+                )
+            else:
+                status, outcome_name = "dead", "dead"
+        rendered = prepared.rendered if prepared.persist else None
+        rows.ids.append(ctx["id"])
+        rows.claimed_ats.append(ctx["claimed_at"])
+        rows.statuses.append(status)
+        rows.attempt_incs.append(attempt_inc)
+        rows.failure_incs.append(failure_inc)
+        rows.delays.append(delay)
+        rows.errors.append(error)
+        rows.message_ids.append(outcome.provider_message_id if outcome else None)
+        rows.hints.append(prepared.destination_hint)
+        rows.titles.append(rendered.title if rendered else None)
+        rows.bodies.append(rendered.body if rendered else None)
+        rows.hashes.append(rendered.content_hash if rendered else None)
+        rows.template_versions.append(rendered.template_version if rendered else None)
+        rows.called.append(called)
+        rows.provider_statuses.append(outcome.provider_status if outcome else None)
+        rows.outcomes.append(outcome_name)
+    return rows
+
+
+async def record(engine: AsyncEngine, results: Sequence[Result], settings: Settings) -> set[int]:
+    """Write every outcome; returns the ids written. Side effects of an outcome (a dead push token,
+    a bot the person blocked) are applied in the same transaction as the row (R-CHAN-16)."""
+    rows = plan(results, settings)
+    try:
+        async with engine.begin() as conn:
+            written = await queries.record_outcomes(conn, rows)
+            await _side_effects(conn, results, written)
+    except Exception:
+        log.exception("batch record failed; recording the %d outcomes one by one", len(rows))
+        written = set()
+        for index, result in enumerate(results):
+            try:
+                async with engine.begin() as conn:
+                    one = await queries.record_outcomes(conn, rows.row(index))
+                    await _side_effects(conn, [result], one)
+                written |= one
+            except Exception:
+                log.exception(
+                    "could not record delivery %s; its lease will expire and the reaper retries it",
+                    result.prepared.context["public_id"],
+                )
+    lost = set(rows.ids) - written
+    if lost:
+        # The reaper reclaimed these while the provider call was open: the newer state stands.
+        log.warning(
+            "%d outcome(s) arrived after their lease was reclaimed and were not written", len(lost)
+        )
+    return written
+
+
+async def _side_effects(
+    conn: AsyncConnection, results: Sequence[Result], written: set[int]
+) -> None:
+    for result in results:
+        ctx, outcome = result.prepared.context, result.outcome
+        if outcome is None or ctx["id"] not in written:
+            continue
+        if outcome.invalidate_token and ctx["provider_target_id"] is not None:
+            await queries.deactivate_push_token(conn, ctx["provider_target_id"], "unregistered")
+        if outcome.recipient_blocked and ctx["person_id"] is not None:
+            await queries.forbid_telegram(conn, ctx["person_id"])

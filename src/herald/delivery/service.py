@@ -1,0 +1,83 @@
+"""Delivery-stage operations other stages call: sweeps, backfill and dead-letter replay."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.delivery import queries
+from herald.errors import Conflict, NotFound
+
+# Dead letters from these work types may be replayed here; anything else is refused (R-DLQ-9).
+REPLAYABLE_QUEUES = (
+    "notification.email",
+    "notification.sms",
+    "notification.push",
+    "notification.telegram",
+)
+
+
+class DeadLetterNotFound(NotFound):
+    """No such dead letter."""
+
+    code = "DEAD_LETTER_NOT_FOUND"
+
+
+class DeadLetterNotReplayable(Conflict):
+    """This dead letter is not a channel delivery; it cannot be replayed here."""
+
+    code = "DEAD_LETTER_NOT_REPLAYABLE"
+
+
+class DeadLetterAlreadyReplayed(Conflict):
+    """This dead letter has already been replayed."""
+
+    code = "DEAD_LETTER_ALREADY_REPLAYED"
+
+
+async def reclaim_expired_leases(
+    conn: AsyncConnection, *, max_attempts: int, limit: int
+) -> list[dict[str, Any]]:
+    return await queries.reclaim_expired_leases(conn, max_attempts, limit)
+
+
+async def requeue_due_failures(conn: AsyncConnection, *, limit: int) -> int:
+    return len(await queries.requeue_due_failures(conn, limit))
+
+
+async def backfill_unconfigured(
+    conn: AsyncConnection, channels: Sequence[str], *, max_age_hours: int, limit: int
+) -> int:
+    return len(await queries.backfill_unconfigured(conn, channels, max_age_hours, limit))
+
+
+async def replay_dead_letter(
+    conn: AsyncConnection, tenant_id: str, dead_letter_public_id: uuid.UUID, *, actor: str
+) -> uuid.UUID:
+    """Insert a new queued delivery for a dead one and mark the dead letter replayed, in one
+    transaction, the compare-and-set last (R-DLQ-4, R-DLQ-15, decision 7). Returns the new
+    delivery's public id. Never commits; a refused replay raises, and the caller's rollback takes
+    the insert with it."""
+    letter = await queries.find_dead_letter(conn, tenant_id, dead_letter_public_id)
+    if letter is None:
+        raise DeadLetterNotFound()
+    if letter["queue_name"] not in REPLAYABLE_QUEUES or letter["job_name"] != "channel_send":
+        raise DeadLetterNotReplayable()  # R-DLQ-11: the row exists; refusing beats pretending it does not
+    if letter["replayed_at"] is not None:
+        raise DeadLetterAlreadyReplayed()
+    try:
+        delivery_public_id = uuid.UUID(letter["payload_ref"]["notificationDeliveryPublicId"])
+    except (KeyError, TypeError, ValueError):
+        raise DeadLetterNotReplayable("the dead letter's reference names no delivery") from None
+    replay = await queries.insert_replay(conn, tenant_id, delivery_public_id)
+    if replay is None:
+        raise DeadLetterNotReplayable("the delivery it names no longer exists")
+    if not await queries.mark_dead_letter_replayed(
+        conn, letter["id"], actor, str(replay["public_id"])
+    ):
+        raise DeadLetterAlreadyReplayed()
+    await queries.wake_channel_workers(conn)
+    return uuid.UUID(str(replay["public_id"]))

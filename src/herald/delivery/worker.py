@@ -1,0 +1,114 @@
+"""A channel worker's loop body: claim a batch, prepare, send concurrently, record.
+
+Provider calls happen outside any open transaction: the claim commits first, the sends run with
+no connection held, and the outcomes are written in a new transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from herald.channels.base import Provider, ProviderOutcome
+from herald.config import Settings
+from herald.delivery import queries, recorder
+from herald.delivery.recorder import Result
+from herald.delivery.send import prepare
+from herald.kinds import Registry
+from herald.rendering.render import Override, OverrideKey
+from herald.secrets.vault import Vault
+
+log = logging.getLogger(__name__)
+
+# R-CHAN-19 (and Telegram, bounded further by its provider's rate limiter).
+CONCURRENCY = {"sms": 2, "email": 4, "push": 8, "telegram": 4}
+
+
+async def deliver_batch(
+    engine: AsyncEngine,
+    channel: str,
+    provider: Provider,
+    *,
+    registry: Registry,
+    vault: Vault,
+    settings: Settings,
+    limit: int = 100,
+    tenant_id: str | None = None,
+) -> int:
+    """Claim up to `limit` due deliveries of one channel and see each to a recorded outcome.
+
+    Returns how many were claimed (0: nothing was due).
+    """
+    async with engine.begin() as conn:
+        ids = await queries.claim_due_deliveries(
+            conn, channel, limit, settings.lease_seconds, tenant_id
+        )
+    if not ids:
+        return 0
+    async with engine.connect() as conn:
+        contexts = await queries.send_context(conn, ids)
+        overrides = _overrides(
+            await queries.published_overrides(
+                conn, sorted({(c["tenant_id"], c["kind"]) for c in contexts})
+            )
+        )
+    results = await _send_all(
+        contexts, provider, registry=registry, vault=vault, settings=settings, overrides=overrides
+    )
+    await recorder.record(engine, results, settings)
+    return len(ids)
+
+
+async def _send_all(
+    contexts: Sequence[dict[str, Any]],
+    provider: Provider,
+    *,
+    registry: Registry,
+    vault: Vault,
+    settings: Settings,
+    overrides: dict[tuple[str, str], dict[OverrideKey, Override]],
+) -> list[Result]:
+    gate = asyncio.Semaphore(CONCURRENCY.get(provider.channel, 4))
+
+    async def one(context: dict[str, Any]) -> Result:
+        async with gate:
+            prepared = await prepare(
+                context,
+                registry=registry,
+                vault=vault,
+                settings=settings,
+                overrides=overrides.get((context["tenant_id"], context["kind"]), {}),
+            )
+            if prepared.message is None:
+                return Result(prepared)
+            try:
+                outcome = await provider.send(prepared.message)
+            except Exception as exc:
+                # A provider must not raise; if one does, it is a transport fault to retry, and the
+                # log says which provider, never the message.
+                log.error(
+                    "%s provider raised %s; treated as a retryable failure",
+                    provider.name,
+                    type(exc).__name__,
+                )
+                outcome = ProviderOutcome.failure(
+                    recorder.UNKNOWN_CODES.get(provider.channel, "PROVIDER_UNKNOWN"), retryable=True
+                )
+            return Result(prepared, outcome)
+
+    return list(await asyncio.gather(*(one(c) for c in contexts)))
+
+
+def _overrides(
+    rows: Sequence[dict[str, Any]],
+) -> dict[tuple[str, str], dict[OverrideKey, Override]]:
+    found: dict[tuple[str, str], dict[OverrideKey, Override]] = {}
+    for row in rows:
+        found.setdefault((row["tenant_id"], row["kind"]), {})[
+            (row["kind"], row["channel"], row["locale"])
+        ] = Override(title=row["title"], body=row["body"], version=row["version"])
+    return found

@@ -1,0 +1,207 @@
+"""HTTP models of the directory surface (DESIGN.md §5.1), also the inputs of directory.service.
+
+A PUT replaces the whole record: a field left out takes its default (null; locale `en`; status
+`active`; no roles). So the same body always produces the same row, whatever was there before.
+
+Shape checks live here (a malformed body is 422 REQUEST_MALFORMED); checks that need the
+database (an unknown role code, a missing group) are the service's (400/404 with a code).
+Phone numbers are stored as given: the SMS channel normalises them at send time and records an
+unusable one as `skipped_no_destination` (R-CHAN-20), so one odd number never blocks a sync.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+import zoneinfo
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from herald import vocabulary
+
+# Most people a batch may carry (checked by the service, answered 400 DIRECTORY_BATCH_TOO_LARGE).
+MAX_BATCH = 1_000
+MAX_ROLES_PER_PERSON = 100
+MAX_PERMISSIONS = 500
+
+# Identifiers the host chooses: no control characters (NUL cannot be stored in text at all).
+_IDENTIFIER = r"^[^\x00-\x1f\x7f]+$"
+
+ExternalId = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=_IDENTIFIER)]
+# Role codes travel in JWT `role` claims and audience specs: no whitespace.
+RoleCode = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f\x7f]+$")
+]
+
+
+def _blank_to_none(value: Any) -> Any:
+    """Trim text and read an empty string as absent: hosts often send "" for "no email"."""
+    if isinstance(value, str):
+        value = value.strip()
+        return value or None
+    return value
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _timezone(value: Any) -> Any:
+    value = _blank_to_none(value)
+    if isinstance(value, str) and value not in _zones():
+        raise ValueError(f"{value!r} is not an IANA time zone name (e.g. Asia/Kathmandu)")
+    return value
+
+
+def _country(value: Any) -> Any:
+    value = _blank_to_none(value)
+    return value.upper() if isinstance(value, str) else value
+
+
+def _chat_id(value: Any) -> Any:
+    # Telegram chat ids are integers; hosts send them as numbers or strings.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return _blank_to_none(value)
+
+
+def _dedupe(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
+# Optional text: the BeforeValidator cleans the raw value, then the inner constraints apply.
+Name = Annotated[
+    Annotated[str, StringConstraints(max_length=200, pattern=_PRINTABLE)] | None,
+    BeforeValidator(_blank_to_none),
+]
+Email = Annotated[
+    Annotated[str, StringConstraints(max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")] | None,
+    BeforeValidator(_blank_to_none),
+]
+Phone = Annotated[
+    Annotated[str, StringConstraints(max_length=32, pattern=r"^[0-9+()\-. /]+$")] | None,
+    BeforeValidator(_blank_to_none),
+]
+Timezone = Annotated[str | None, BeforeValidator(_timezone)]
+Country = Annotated[
+    Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")] | None, BeforeValidator(_country)
+]
+TelegramChatId = Annotated[
+    Annotated[str, StringConstraints(max_length=64, pattern=r"^(?:-?[0-9]+|@[A-Za-z0-9_]{4,64})$")]
+    | None,
+    BeforeValidator(_chat_id),
+]
+Locale = Annotated[
+    str, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+class PersonInput(_Model):
+    """One person as the host sees them. `roles` replaces the person's whole role set."""
+
+    full_name: Name = None
+    email: Email = None
+    phone: Phone = None
+    locale: Locale = "en"
+    timezone: Timezone = None
+    country: Country = None
+    status: vocabulary.PersonStatus = "active"
+    telegram_chat_id: TelegramChatId = None
+    roles: Annotated[list[RoleCode], Field(max_length=MAX_ROLES_PER_PERSON)] = Field(
+        default_factory=list
+    )
+
+    def role_codes(self) -> list[str]:
+        """The role codes, each once, in the order given."""
+        return _dedupe(self.roles)
+
+
+class PersonBatchItem(PersonInput):
+    """A person in `POST /v1/people:batch`: the same fields plus the external id."""
+
+    external_id: ExternalId
+
+
+class PeopleBatch(_Model):
+    # The 1,000 cap is the service's, so the answer is 400 DIRECTORY_BATCH_TOO_LARGE, not 422.
+    people: list[PersonBatchItem]
+
+
+class RoleInput(_Model):
+    """A role: its scope kind decides how role-scoped notifications reach its holders."""
+
+    name: Name = None
+    scope_kind: vocabulary.ScopeKind
+    permissions: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_IDENTIFIER)]],
+        Field(max_length=MAX_PERMISSIONS),
+    ] = Field(default_factory=list)
+    superadmin: bool = False
+
+    def permission_list(self) -> list[str]:
+        return _dedupe(self.permissions)
+
+
+class GroupInput(_Model):
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+    kind: Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, min_length=1, max_length=64, pattern=_IDENTIFIER),
+    ] = "class"
+
+
+class MembershipInput(_Model):
+    member_role: vocabulary.MemberRole
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+class PersonUpserted(_Model):
+    id: uuid.UUID
+    external_id: str
+    created: bool
+
+
+class PeopleBatchResult(_Model):
+    created: int
+    updated: int
+
+
+class RoleUpserted(_Model):
+    id: uuid.UUID
+    code: str
+    created: bool
+
+
+class GroupUpserted(_Model):
+    id: uuid.UUID
+    external_id: str
+    created: bool
+
+
+class MembershipPut(_Model):
+    group_external_id: str
+    person_external_id: str
+    member_role: str
+    created: bool
+
+
+class GuardianshipPut(_Model):
+    student_external_id: str
+    guardian_external_id: str
+    created: bool

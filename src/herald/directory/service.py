@@ -1,0 +1,318 @@
+"""The directory: people, roles, groups, memberships and guardianships, as the host syncs them.
+
+Herald only reads the directory when it resolves audiences (R-AUD-2); the host writes it, over
+HTTP (`directory:write`) or by calling these functions with its own connection. Every function
+takes the connection first, scopes every row to `tenant_id` and never commits: the caller owns the
+transaction. Each checks everything it can before its first write, so a refused call has written
+nothing.
+
+Deletes are soft (`deleted_at`): audiences skip deleted rows (R-AUD-6, R-AUD-7) while history keeps
+them, and a later PUT of the same external id revives the row. Deleting a person or group leaves
+their memberships, guardianships and role grants in place; they take effect again on revival.
+
+Example (seeding a directory from code):
+
+    from herald.directory import service as directory
+    from herald.directory.service import GroupInput, PersonInput, RoleInput
+
+    async with engine.begin() as conn:
+        await directory.upsert_role(conn, "t1", "teacher", RoleInput(scope_kind="staff"))
+        await directory.upsert_person(
+            conn, "t1", "p-1", PersonInput(full_name="Asha", email="a@x.np", roles=["teacher"])
+        )
+        await directory.upsert_group(conn, "t1", "class-7a", GroupInput(name="Class 7A"))
+        await directory.put_membership(conn, "t1", "class-7a", "p-1", "teacher")
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald import vocabulary
+from herald.directory import queries
+from herald.directory.schemas import (
+    MAX_BATCH,
+    GroupInput,
+    PersonBatchItem,
+    PersonInput,
+    RoleInput,
+)
+from herald.errors import (
+    DirectoryBatchDuplicate,
+    DirectoryBatchTooLarge,
+    DirectoryGuardianshipSelf,
+    DirectoryRoleUnknown,
+    DirectoryValueInvalid,
+    GroupNotFound,
+    GuardianshipNotFound,
+    MembershipNotFound,
+    PersonNotFound,
+    ValidationFailed,
+)
+
+__all__ = [
+    "BatchResult",
+    "GroupInput",
+    "PersonBatchItem",
+    "PersonInput",
+    "RoleInput",
+    "UpsertResult",
+    "delete_group",
+    "delete_guardianship",
+    "delete_membership",
+    "delete_person",
+    "put_guardianship",
+    "put_membership",
+    "upsert_group",
+    "upsert_people",
+    "upsert_person",
+    "upsert_role",
+]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """The row's public id, and whether this call inserted it (False: updated or revived)."""
+
+    id: uuid.UUID
+    created: bool
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    created: int
+    updated: int
+
+
+def _key(value: str, what: str) -> str:
+    """Library callers skip the HTTP schema, so the path-style keys are checked here too."""
+    if not value or len(value) > 255 or _CONTROL.search(value):
+        raise DirectoryValueInvalid(
+            f"{what} must be 1 to 255 characters without control characters"
+        )
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# People
+
+
+async def upsert_person(
+    conn: AsyncConnection, tenant_id: str, external_id: str, person: PersonInput
+) -> UpsertResult:
+    """Create or replace one person by external id, reviving a soft-deleted one.
+
+    The whole record is replaced: a field `person` leaves unset takes its default, and
+    `person.roles` becomes the person's entire role set. Raises DirectoryRoleUnknown (nothing
+    written) when a role code is not defined in the tenant.
+    """
+    _key(external_id, "externalId")
+    (row,) = await _write_people(conn, tenant_id, [(external_id, person)])
+    return UpsertResult(id=row.public_id, created=row.created)
+
+
+async def upsert_people(
+    conn: AsyncConnection, tenant_id: str, people: Sequence[PersonBatchItem]
+) -> BatchResult:
+    """Create or replace up to 1,000 people in a few set-based statements.
+
+    Each item has upsert_person's meaning. All or nothing: a batch that is too large, names an
+    external id twice or uses an unknown role code raises before anything is written.
+    """
+    if len(people) > MAX_BATCH:
+        raise DirectoryBatchTooLarge(
+            f"a batch holds at most {MAX_BATCH} people; this one has {len(people)}"
+        )
+    repeated = sorted(eid for eid, n in Counter(p.external_id for p in people).items() if n > 1)
+    if repeated:
+        raise DirectoryBatchDuplicate(
+            f"external id(s) appear more than once: {', '.join(repeated[:10])}"
+        )
+    rows = await _write_people(conn, tenant_id, [(p.external_id, p) for p in people])
+    created = sum(1 for row in rows if row.created)
+    return BatchResult(created=created, updated=len(rows) - created)
+
+
+async def _write_people(
+    conn: AsyncConnection, tenant_id: str, people: Sequence[tuple[str, PersonInput]]
+) -> list[queries.UpsertedPerson]:
+    # Every role code of the whole batch is resolved in one query, before any write.
+    wanted = {code for _, person in people for code in person.role_codes()}
+    role_ids = await queries.role_ids_by_code(conn, tenant_id, sorted(wanted))
+    unknown = sorted(wanted - role_ids.keys())
+    if unknown:
+        raise DirectoryRoleUnknown(
+            f"unknown role code(s): {', '.join(unknown[:10])}; define them with PUT /v1/roles/{{code}}"
+        )
+    upserted = await queries.upsert_people(
+        conn,
+        tenant_id,
+        [
+            queries.PersonRow(
+                external_id=external_id,
+                full_name=person.full_name,
+                email=person.email,
+                phone=person.phone,
+                locale=person.locale,
+                timezone=person.timezone,
+                country=person.country,
+                status=person.status,
+                telegram_chat_id=person.telegram_chat_id,
+            )
+            for external_id, person in people
+        ],
+    )
+    person_ids = {row.external_id: row.id for row in upserted}
+    grants = [
+        (person_ids[external_id], role_ids[code])
+        for external_id, person in people
+        for code in person.role_codes()
+    ]
+    await queries.replace_person_roles(conn, tenant_id, list(person_ids.values()), grants)
+    return upserted
+
+
+async def delete_person(conn: AsyncConnection, tenant_id: str, external_id: str) -> None:
+    """Soft-delete a person (idempotent); raises PersonNotFound when the tenant has none."""
+    if not await queries.soft_delete_person(conn, tenant_id, external_id):
+        raise PersonNotFound(f"no person {external_id!r}")
+
+
+async def _live_person(conn: AsyncConnection, tenant_id: str, external_id: str) -> int:
+    found = await queries.live_person_ids(conn, tenant_id, [external_id])
+    if external_id not in found:
+        raise PersonNotFound(f"no person {external_id!r}")
+    return found[external_id]
+
+
+# ---------------------------------------------------------------------------------------------
+# Roles
+
+
+async def upsert_role(
+    conn: AsyncConnection, tenant_id: str, code: str, role: RoleInput
+) -> UpsertResult:
+    """Create or replace a role by code; its name defaults to the code."""
+    _key(code, "role code")
+    if any(ch.isspace() for ch in code):
+        raise DirectoryValueInvalid("a role code has no whitespace")
+    public_id, created = await queries.upsert_role(
+        conn,
+        tenant_id,
+        code,
+        name=role.name or code,
+        scope_kind=role.scope_kind,
+        permissions=role.permission_list(),
+        is_superadmin=role.superadmin,
+    )
+    return UpsertResult(id=public_id, created=created)
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups
+
+
+async def upsert_group(
+    conn: AsyncConnection, tenant_id: str, external_id: str, group: GroupInput
+) -> UpsertResult:
+    """Create or replace a group by external id, reviving a soft-deleted one."""
+    _key(external_id, "externalId")
+    public_id, created = await queries.upsert_group(
+        conn, tenant_id, external_id, name=group.name, kind=group.kind
+    )
+    return UpsertResult(id=public_id, created=created)
+
+
+async def delete_group(conn: AsyncConnection, tenant_id: str, external_id: str) -> None:
+    """Soft-delete a group (idempotent); raises GroupNotFound when the tenant has none."""
+    if not await queries.soft_delete_group(conn, tenant_id, external_id):
+        raise GroupNotFound(f"no group {external_id!r}")
+
+
+async def _live_group(conn: AsyncConnection, tenant_id: str, external_id: str) -> int:
+    group_id = await queries.live_group_id(conn, tenant_id, external_id)
+    if group_id is None:
+        raise GroupNotFound(f"no group {external_id!r}")
+    return group_id
+
+
+async def put_membership(
+    conn: AsyncConnection,
+    tenant_id: str,
+    group_external_id: str,
+    person_external_id: str,
+    member_role: vocabulary.MemberRole,
+) -> bool:
+    """Put a live person in a live group as `student` or `teacher`; True when the row is new.
+
+    Re-putting updates the member role and revives a soft-deleted membership. Raises
+    GroupNotFound / PersonNotFound when either is unknown or deleted.
+    """
+    if member_role not in vocabulary.MEMBER_ROLES:
+        raise ValidationFailed(f"memberRole must be one of {', '.join(vocabulary.MEMBER_ROLES)}")
+    group_id = await _live_group(conn, tenant_id, group_external_id)
+    person_id = await _live_person(conn, tenant_id, person_external_id)
+    return await queries.upsert_membership(conn, tenant_id, group_id, person_id, member_role)
+
+
+async def delete_membership(
+    conn: AsyncConnection, tenant_id: str, group_external_id: str, person_external_id: str
+) -> None:
+    """Soft-delete a membership (idempotent); MembershipNotFound when there never was one."""
+    group_id = await _live_group(conn, tenant_id, group_external_id)
+    person_id = await _live_person(conn, tenant_id, person_external_id)
+    if not await queries.soft_delete_membership(conn, tenant_id, group_id, person_id):
+        raise MembershipNotFound(f"{person_external_id!r} is not in group {group_external_id!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Guardianships
+
+
+async def _student_and_guardian(
+    conn: AsyncConnection, tenant_id: str, student_external_id: str, guardian_external_id: str
+) -> tuple[int, int]:
+    if student_external_id == guardian_external_id:
+        raise DirectoryGuardianshipSelf()
+    found = await queries.live_person_ids(
+        conn, tenant_id, [student_external_id, guardian_external_id]
+    )
+    for external_id in (student_external_id, guardian_external_id):
+        if external_id not in found:
+            raise PersonNotFound(f"no person {external_id!r}")
+    return found[student_external_id], found[guardian_external_id]
+
+
+async def put_guardianship(
+    conn: AsyncConnection, tenant_id: str, student_external_id: str, guardian_external_id: str
+) -> bool:
+    """Record that a guardian answers for a student (both live people); True when new.
+
+    Revives a soft-deleted guardianship. Guardian audiences reach guardians only through these
+    rows (R-AUD-11).
+    """
+    student_id, guardian_id = await _student_and_guardian(
+        conn, tenant_id, student_external_id, guardian_external_id
+    )
+    return await queries.upsert_guardianship(conn, tenant_id, student_id, guardian_id)
+
+
+async def delete_guardianship(
+    conn: AsyncConnection, tenant_id: str, student_external_id: str, guardian_external_id: str
+) -> None:
+    """Soft-delete a guardianship (idempotent); GuardianshipNotFound when there never was one."""
+    student_id, guardian_id = await _student_and_guardian(
+        conn, tenant_id, student_external_id, guardian_external_id
+    )
+    if not await queries.soft_delete_guardianship(conn, tenant_id, student_id, guardian_id):
+        raise GuardianshipNotFound(
+            f"{guardian_external_id!r} is not a guardian of {student_external_id!r}"
+        )

@@ -1,0 +1,85 @@
+"""Secret references: the host stashes a value and passes only `{"secretRef": "<type>:<id>"}`.
+
+Herald resolves the reference at send time without knowing how the value was produced
+(R-SECRET-2): a resolver registered for the reference's prefix (R-SECRET-12), else the vault
+(R-SECRET-13). The resolved values live in memory for that one send only (R-SECRET-4) and are
+never logged — a failure logs the reference, never the value (R-SECRET-7).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+
+from herald.errors import ConfigurationError, VariablesInvalid
+from herald.secrets.vault import Vault
+
+log = logging.getLogger(__name__)
+
+Resolver = Callable[[str, str], Awaitable[Mapping[str, str] | None]]
+TYPE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+VALUE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MAX_VALUES = 10
+MAX_VALUE_LENGTH = 4096
+
+
+class SecretResolvers:
+    """Per-process resolvers by prefix; registering a prefix twice raises (R-SECRET-17)."""
+
+    def __init__(self) -> None:
+        self._resolvers: dict[str, Resolver] = {}
+
+    def register(self, prefix: str, resolver: Resolver) -> None:
+        if prefix in self._resolvers:
+            raise ConfigurationError(f"a secret resolver for {prefix!r} is already registered")
+        self._resolvers[prefix] = resolver
+
+    def get(self, prefix: str) -> Resolver | None:
+        return self._resolvers.get(prefix)
+
+
+# The process-wide registry modules register into at boot.
+RESOLVERS = SecretResolvers()
+
+
+async def stash(
+    vault: Vault, *, tenant_id: str, type: str, values: Mapping[str, str], ttl_seconds: int
+) -> str:
+    """Put values in the vault and return the reference to pass as `secretRef`."""
+    if not TYPE.match(type):
+        raise VariablesInvalid(
+            "a secret type is lower-case letters, digits and _ (e.g. password_reset)"
+        )
+    if not values or len(values) > MAX_VALUES:
+        raise VariablesInvalid(f"a secret carries 1 to {MAX_VALUES} values")
+    for name, value in values.items():
+        if (
+            not VALUE_NAME.match(name)
+            or not isinstance(value, str)
+            or len(value) > MAX_VALUE_LENGTH
+        ):
+            raise VariablesInvalid("secret values are short strings under simple names")
+    ref_id = secrets.token_urlsafe(18)
+    await vault.put(tenant_id, ref_id, dict(values), ttl_seconds)
+    return f"{type}:{ref_id}"
+
+
+async def resolve(
+    vault: Vault, tenant_id: str, ref: str, resolvers: SecretResolvers = RESOLVERS
+) -> dict[str, str] | None:
+    """The values behind `ref`, or None when it cannot be resolved (R-SECRET-11, R-SECRET-14)."""
+    prefix, _, ref_id = ref.partition(":")
+    if not ref_id:
+        return None
+    try:
+        resolver = resolvers.get(prefix)
+        found = await resolver(tenant_id, ref) if resolver else await vault.take(tenant_id, ref_id)
+    except Exception as exc:
+        log.error("secret %s could not be resolved (%s)", ref, type(exc).__name__)
+        return None
+    if found is None:
+        log.warning("secret %s is gone (expired, already used, or the vault was flushed)", ref)
+        return None
+    return dict(found)
