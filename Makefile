@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## Run Herald: embedded PostgreSQL, demo directory, API + workers in one process.
+## Extra options go through ARGS, e.g. `make dev ARGS="--port 9000"`.
 dev: $(STAMP)
-	$(BIN)/herald dev
+	$(BIN)/herald dev $(ARGS)
 
 ## Lint, type-check and run every test (embedded PostgreSQL unless HERALD_TEST_DATABASE_URL is set).
 test: lint

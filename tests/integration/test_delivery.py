@@ -314,7 +314,7 @@ async def test_lease_expiry_reclaims_then_kills(
     for round_ in range(delivery_settings.max_attempts):
         async with engine.begin() as conn:
             claimed = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
-        assert claimed == [row["id"]]
+        assert [c["id"] for c in claimed] == [row["id"]]
         async with engine.begin() as conn:  # the worker died: its lease runs out
             await conn.execute(
                 update(s.notification_delivery)
@@ -339,9 +339,7 @@ async def test_late_outcome_is_not_written(
 
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
-    async with engine.connect() as conn:
-        [context] = await dq.send_context(conn, [row["id"]])
+        [context] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
     async with engine.begin() as conn:
         await conn.execute(
             update(s.notification_delivery)
@@ -618,9 +616,9 @@ async def test_claims_are_disjoint(
 
     async def claim() -> list[int]:
         async with engine.begin() as conn:
-            ids = await dq.claim_due_deliveries(conn, "email", 25, 60, tenant)
+            claimed = await dq.claim_due_deliveries(conn, "email", 25, 60, tenant)
             await asyncio.sleep(0.05)
-            return ids
+            return [c["id"] for c in claimed]
 
     first, second = await asyncio.gather(claim(), claim())
     assert len(first) + len(second) == 40 and not set(first) & set(second)

@@ -26,7 +26,8 @@ async def claim_due_deliveries(
     limit: int,
     lease_seconds: int,
     tenant_id: str | None = None,
-) -> list[int]:
+) -> list[dict[str, Any]]:
+    """Claim a batch and return each claimed row's send context."""
     result = await conn.execute(
         SQL["claim_due_deliveries"],
         {
@@ -36,11 +37,6 @@ async def claim_due_deliveries(
             "tenant_id": tenant_id,
         },
     )
-    return [row.id for row in result]
-
-
-async def send_context(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:
-    result = await conn.execute(SQL["send_context"], {"ids": list(ids)})
     return [dict(row._mapping) for row in result]
 
 

@@ -38,29 +38,31 @@ async def deliver_batch(
     settings: Settings,
     limit: int = 100,
     tenant_id: str | None = None,
+    gate: asyncio.Semaphore | None = None,
 ) -> int:
     """Claim up to `limit` due deliveries of one channel and see each to a recorded outcome.
 
     Returns how many were claimed (0: nothing was due).
     """
     async with engine.begin() as conn:
-        ids = await queries.claim_due_deliveries(
+        contexts = await queries.claim_due_deliveries(
             conn, channel, limit, settings.lease_seconds, tenant_id
         )
-    if not ids:
-        return 0
-    async with engine.connect() as conn:
-        contexts = await queries.send_context(conn, ids)
-        overrides = _overrides(
-            await queries.published_overrides(
-                conn, sorted({(c["tenant_id"], c["kind"]) for c in contexts})
-            )
-        )
+        if not contexts:
+            return 0
+        pairs = sorted({(c["tenant_id"], c["kind"]) for c in contexts})
+        overrides = _overrides(await queries.published_overrides(conn, pairs))
     results = await _send_all(
-        contexts, provider, registry=registry, vault=vault, settings=settings, overrides=overrides
+        contexts,
+        provider,
+        registry=registry,
+        vault=vault,
+        settings=settings,
+        overrides=overrides,
+        gate=gate,
     )
     await recorder.record(engine, results, settings)
-    return len(ids)
+    return len(contexts)
 
 
 async def _send_all(
@@ -71,8 +73,10 @@ async def _send_all(
     vault: Vault,
     settings: Settings,
     overrides: dict[tuple[str, str], dict[OverrideKey, Override]],
+    gate: asyncio.Semaphore | None,
 ) -> list[Result]:
-    gate = asyncio.Semaphore(CONCURRENCY.get(provider.channel, 4))
+    # Shared across a channel's batch loops, so the channel's provider concurrency is a process total.
+    gate = gate or asyncio.Semaphore(CONCURRENCY.get(provider.channel, 4))
 
     async def one(context: dict[str, Any]) -> Result:
         async with gate:
@@ -112,3 +116,40 @@ def _overrides(
             (row["kind"], row["channel"], row["locale"])
         ] = Override(title=row["title"], body=row["body"], version=row["version"])
     return found
+
+
+# Two batch loops per channel: while one waits on the database (claim, record), the other
+# prepares and sends, so a 2-core machine keeps both PostgreSQL and Python busy.
+LOOPS_PER_CHANNEL = 2
+
+
+async def drain_channel(
+    engine: AsyncEngine,
+    channel: str,
+    provider: Provider,
+    *,
+    registry: Registry,
+    vault: Vault,
+    settings: Settings,
+    tenant_id: str | None = None,
+    loops: int = LOOPS_PER_CHANNEL,
+) -> int:
+    """Deliver until nothing of `channel` is due, with `loops` batch loops; returns rows claimed."""
+    gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
+
+    async def loop() -> int:
+        total = 0
+        while claimed := await deliver_batch(
+            engine,
+            channel,
+            provider,
+            registry=registry,
+            vault=vault,
+            settings=settings,
+            tenant_id=tenant_id,
+            gate=gate,
+        ):
+            total += claimed
+        return total
+
+    return sum(await asyncio.gather(*(loop() for _ in range(loops))))

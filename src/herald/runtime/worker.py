@@ -26,7 +26,7 @@ from herald.channels.providers import (
 from herald.config import Settings
 from herald.db.engine import libpq_url
 from herald.delivery.queries import DELIVERY_CHANNEL
-from herald.delivery.worker import deliver_batch
+from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, deliver_batch
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
@@ -77,8 +77,13 @@ async def run_worker(
     ]
     if channels:
         for channel, provider in sorted(providers.items()):
+            gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
 
-            async def send_once(channel: str = channel, provider: Provider = provider) -> bool:
+            async def send_once(
+                channel: str = channel,
+                provider: Provider = provider,
+                gate: asyncio.Semaphore = gate,
+            ) -> bool:
                 claimed = await deliver_batch(
                     engine,
                     channel,
@@ -87,14 +92,16 @@ async def run_worker(
                     vault=vault,
                     settings=settings,
                     tenant_id=tenant_id,
+                    gate=gate,
                 )
                 return claimed > 0
 
-            tasks.append(
+            tasks.extend(
                 asyncio.create_task(
                     _loop(f"{channel} sender", send_once, wakes[DELIVERY_CHANNEL], stop, settings),
-                    name=f"herald-{channel}",
+                    name=f"herald-{channel}-{n}",
                 )
+                for n in range(LOOPS_PER_CHANNEL)
             )
     if maintenance:
         tasks.append(

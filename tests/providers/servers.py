@@ -1,0 +1,840 @@
+"""Local servers that speak the providers' protocols, for the provider tests.
+
+Each provider's helpers carry its name as a prefix (smtp_, resend_, …) so several can live here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+from typing_extensions import override
+
+# ---------------------------------------------------------------------------------------------
+# SMTP (aiosmtpd)
+# ---------------------------------------------------------------------------------------------
+
+
+def smtp_free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (the OS just handed it out and took it back)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@dataclass(frozen=True)
+class SmtpReceived:
+    """One message the server accepted: the envelope and the raw DATA."""
+
+    mail_from: str
+    rcpt_tos: list[str]
+    content: bytes
+
+
+@dataclass
+class SmtpRecordingHandler:
+    """An aiosmtpd handler that records what it accepts and refuses on request.
+
+    `refuse_rcpt` / `refuse_data` hold a full SMTP reply line (e.g. `550 5.1.1 …`); `{address}`
+    in it is replaced by the recipient, so a test can check the reply text never leaks.
+    """
+
+    received: list[SmtpReceived] = field(default_factory=list)
+    refuse_rcpt: str | None = None
+    refuse_data: str | None = None
+    logins: list[str] = field(default_factory=list)  # usernames that authenticated
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
+    ) -> str:
+        if self.refuse_rcpt is not None:
+            return self.refuse_rcpt.replace("{address}", address)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.refuse_data is not None:
+            return self.refuse_data
+        self.received.append(
+            SmtpReceived(
+                mail_from=envelope.mail_from,
+                rcpt_tos=list(envelope.rcpt_tos),
+                content=bytes(envelope.original_content or envelope.content),
+            )
+        )
+        return "250 2.0.0 Message accepted for delivery"
+
+
+@dataclass(frozen=True)
+class SmtpTestServer:
+    host: str
+    port: int
+    handler: SmtpRecordingHandler
+
+
+@contextmanager
+def smtp_server(credentials: tuple[str, str] | None = None) -> Iterator[SmtpTestServer]:
+    """A real SMTP server (aiosmtpd, no TLS) on 127.0.0.1 and a free port. With `credentials`
+    it offers AUTH (over plain text: this is a test) and accepts only that username/password."""
+    handler = SmtpRecordingHandler()
+    auth: dict[str, Any] = {}
+    if credentials is not None:
+
+        def authenticator(
+            server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any
+        ) -> AuthResult:
+            ok = (
+                isinstance(auth_data, LoginPassword)
+                and (
+                    auth_data.login.decode(),
+                    auth_data.password.decode(),
+                )
+                == credentials
+            )
+            if ok:
+                handler.logins.append(credentials[0])
+            return AuthResult(success=ok, handled=False)
+
+        auth = {"authenticator": authenticator, "auth_require_tls": False}
+    controller = Controller(handler, hostname="127.0.0.1", port=smtp_free_port(), **auth)
+    controller.start()
+    try:
+        yield SmtpTestServer(controller.hostname, controller.port, handler)
+    finally:
+        controller.stop()  # also closes the controller's own event loop
+
+
+# ---------------------------------------------------------------------------------------------
+# Resend (POST /emails, https://resend.com/docs/api-reference/emails/send-email)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResendRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class ResendReply:
+    """What the server answers next. `body` is sent as JSON unless it is bytes (sent raw)."""
+
+    status: int = 200
+    body: Any = None  # None → a success body with a fresh id
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0  # hold the answer this long (or until the server stops)
+
+
+def resend_error(status: int, name: str, message: str) -> ResendReply:
+    """Resend's documented error payload: `{"statusCode", "name", "message"}`."""
+    return ResendReply(status=status, body={"statusCode": status, "name": name, "message": message})
+
+
+class ResendTestServer:
+    """A local stand-in for api.resend.com. Replies queued with `reply_with` are used in order;
+    when none is queued, a send succeeds with a fresh id."""
+
+    def __init__(self) -> None:
+        self.requests: list[ResendRequest] = []
+        self.replies: deque[ResendReply] = deque()
+        self.release = threading.Event()  # ends every held (delayed) answer at shutdown
+        self._httpd = _ResendHTTPServer(("127.0.0.1", 0), _ResendHandler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def reply_with(self, *replies: ResendReply) -> None:
+        self.replies.extend(replies)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()  # joins the handler threads (daemon_threads is off)
+        self._thread.join()
+
+
+class _ResendHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    owner: ResendTestServer
+
+
+class _ResendHandler(BaseHTTPRequestHandler):
+    server: _ResendHTTPServer
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        owner.requests.append(
+            ResendRequest(
+                method="POST",
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body,
+            )
+        )
+        reply = owner.replies.popleft() if owner.replies else ResendReply()
+        if reply.delay_seconds:
+            owner.release.wait(reply.delay_seconds)
+        if reply.body is None:
+            payload = json.dumps({"id": str(uuid.uuid4())}).encode()
+        elif isinstance(reply.body, bytes):
+            payload = reply.body
+        else:
+            payload = json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a read-timeout test); nothing to answer
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read `requests`, not stderr."""
+
+
+@contextmanager
+def resend_server() -> Iterator[ResendTestServer]:
+    server = ResendTestServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# SMS: Aakash (POST /sms/v3/send, POST /sms/v1/credit) and Twilio (POST …/Messages.json).
+# One private stub server; the public helpers carry the aakash_ / twilio_ prefix.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SmsRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    @property
+    def form(self) -> dict[str, list[str]]:
+        """The form fields exactly as the server decoded them (UTF-8, blank values kept)."""
+        return parse_qs(self.body.decode("utf-8"), keep_blank_values=True)
+
+    def field(self, name: str) -> str:
+        """The single value of form field `name` (fails the test when absent or repeated)."""
+        values = self.form[name]
+        assert len(values) == 1, f"form field {name} sent {len(values)} times"
+        return values[0]
+
+
+AakashRequest = _SmsRequest
+TwilioRequest = _SmsRequest
+
+
+@dataclass(frozen=True)
+class _SmsReply:
+    """What the server answers next. `body`: JSON-able, raw bytes, or a function of the request
+    (to echo what was sent, as Aakash's failure bodies do); None → the provider's success answer."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0  # hold the answer this long (or until the server stops)
+
+
+AakashReply = _SmsReply
+TwilioReply = _SmsReply
+
+
+class _SmsStubServer:
+    def __init__(self, default: Callable[[_SmsRequest], _SmsReply]) -> None:
+        self.requests: list[_SmsRequest] = []
+        self.replies: deque[_SmsReply] = deque()
+        self.release = threading.Event()
+        self._default = default
+        self._httpd = _SmsHTTPServer(("127.0.0.1", 0), _SmsHandler)
+        self._httpd.owner = self
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def reply_with(self, *replies: _SmsReply) -> None:
+        self.replies.extend(replies)
+
+    def answer(self, request: _SmsRequest) -> _SmsReply:
+        self.requests.append(request)
+        return self.replies.popleft() if self.replies else self._default(request)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class _SmsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    owner: _SmsStubServer
+
+
+class _SmsHandler(BaseHTTPRequestHandler):
+    server: _SmsHTTPServer
+
+    def _serve(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        request = _SmsRequest(
+            method=self.command,
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=self.rfile.read(length),
+        )
+        reply = owner.answer(request)
+        if reply.delay_seconds:
+            owner.release.wait(reply.delay_seconds)
+        body = reply.body(request) if callable(reply.body) else reply.body
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a read-timeout test)
+
+    do_GET = _serve
+    do_POST = _serve
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read `requests`, not stderr."""
+
+
+# --- Aakash ----------------------------------------------------------------------------------
+
+AAKASH_TOKEN = "aakash-test-token-0123456789"
+AAKASH_SEND_PATH = "/sms/v3/send"
+AAKASH_CREDIT_PATH = "/sms/v1/credit"
+AAKASH_NOT_ENOUGH_BALANCE = {"error": True, "message": "Not enough balance.", "data": []}
+AAKASH_AUTH_TOKEN_INVALID = {
+    "error": True,
+    "message": "The provided Auth Token is not valid.",
+    "data": [],
+}
+
+
+def aakash_queued(request: _SmsRequest, message_id: int = 2673160) -> dict[str, Any]:
+    """Aakash's success answer for one number, echoing the text as the real API does."""
+    return {
+        "error": False,
+        "message": "1 messages has been queued for delivery.",
+        "data": {
+            "valid": [
+                {
+                    "id": message_id,
+                    "mobile": request.field("to"),
+                    "text": request.field("text"),
+                    "credit": 1,
+                    "network": "ncell",
+                    "status": "queued",
+                }
+            ],
+            "invalid": [],
+        },
+    }
+
+
+def aakash_invalid_number(request: _SmsRequest) -> dict[str, Any]:
+    """The number lands in data.invalid; the answer echoes the text (an OTP) back."""
+    return {
+        "error": True,
+        "message": f"Invalid number {request.field('to')}: {request.field('text')}",
+        "data": {
+            "valid": [],
+            "invalid": [
+                {
+                    "mobile": request.field("to"),
+                    "text": request.field("text"),
+                    "credit": 0,
+                    "network": "N/A",
+                    "status": "aborted",
+                }
+            ],
+        },
+    }
+
+
+def _aakash_default(request: _SmsRequest) -> _SmsReply:
+    if request.method != "POST":
+        return _SmsReply(status=405, body={"error": True, "message": "Method not allowed."})
+    form = request.form
+    if form.get("auth_token") != [AAKASH_TOKEN]:
+        return _SmsReply(body=AAKASH_AUTH_TOKEN_INVALID)
+    if request.path == AAKASH_CREDIT_PATH:
+        return _SmsReply(
+            body={"available_credit": 1914, "total_sms_sent": 86, "response_code": 202}
+        )
+    if request.path == AAKASH_SEND_PATH:
+        for name in ("to", "text"):
+            if not form.get(name):
+                return _SmsReply(body={"error": True, "message": f"The {name} field is required."})
+        return _SmsReply(body=aakash_queued)
+    return _SmsReply(status=404, body=b"<html>Not Found</html>")
+
+
+@contextmanager
+def aakash_server() -> Iterator[_SmsStubServer]:
+    """A local stand-in for sms.aakashsms.com: base URL `server.url + "/sms/v3"`."""
+    server = _SmsStubServer(_aakash_default)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- Twilio ----------------------------------------------------------------------------------
+
+TWILIO_SID = "AC0123456789abcdef0123456789abcdef"
+TWILIO_TOKEN = "twilio-test-token"
+TWILIO_FROM = "+15005550006"
+TWILIO_MESSAGE_SID = "SM0123456789abcdef0123456789abcdef"
+TWILIO_MESSAGES_PATH = f"/2010-04-01/Accounts/{TWILIO_SID}/Messages.json"
+
+
+def twilio_error(status: int, code: int, message: str) -> _SmsReply:
+    """Twilio's documented error payload: `{"code", "message", "more_info", "status"}`."""
+    return _SmsReply(
+        status=status,
+        body={
+            "code": code,
+            "message": message,
+            "more_info": f"https://www.twilio.com/docs/errors/{code}",
+            "status": status,
+        },
+    )
+
+
+def _twilio_created(request: _SmsRequest) -> dict[str, Any]:
+    return {
+        "sid": TWILIO_MESSAGE_SID,
+        "account_sid": TWILIO_SID,
+        "to": request.field("To"),
+        "from": (request.form.get("From") or request.form.get("MessagingServiceSid") or [""])[0],
+        "body": request.field("Body"),
+        "status": "queued",
+        "num_segments": "1",
+    }
+
+
+def _twilio_default(request: _SmsRequest) -> _SmsReply:
+    expected = "Basic " + base64.b64encode(f"{TWILIO_SID}:{TWILIO_TOKEN}".encode()).decode()
+    if request.headers.get("authorization") != expected:
+        return twilio_error(401, 20003, "Authenticate")
+    if request.method != "POST" or request.path != TWILIO_MESSAGES_PATH:
+        return twilio_error(404, 20404, f"The requested resource {request.path} was not found")
+    return _SmsReply(status=201, body=_twilio_created)
+
+
+@contextmanager
+def twilio_server() -> Iterator[_SmsStubServer]:
+    """A local stand-in for api.twilio.com (checks basic auth and the account path)."""
+    server = _SmsStubServer(_twilio_default)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# FCM HTTP v1 (POST /v1/projects/{p}/messages:send) with Google's OAuth token endpoint
+# (https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages/send,
+#  https://developers.google.com/identity/protocols/oauth2/service-account#httprest)
+# ---------------------------------------------------------------------------------------------
+
+FCM_TEST_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+
+
+@dataclass(frozen=True)
+class FcmRequest:
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class FcmReply:
+    """What the server answers next. `body` is sent as JSON unless it is bytes (sent raw);
+    None → success (a message name, or on the token endpoint a fresh access token)."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0  # hold the answer this long (or until the server stops)
+
+
+def fcm_error(
+    status: int,
+    status_name: str,
+    message: str,
+    *,
+    error_code: str | None = None,
+    field_violation: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> FcmReply:
+    """FCM v1's documented error payload (google.rpc.Status with an FcmError detail)."""
+    details: list[dict[str, Any]] = []
+    if error_code is not None:
+        details.append(
+            {
+                "@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+                "errorCode": error_code,
+            }
+        )
+    if field_violation is not None:
+        details.append(
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": field_violation, "description": message}],
+            }
+        )
+    body = {
+        "error": {"code": status, "message": message, "status": status_name, "details": details}
+    }
+    return FcmReply(status=status, body=body, headers=headers or {})
+
+
+class FcmTestServer:
+    """A local stand-in for fcm.googleapis.com and oauth2.googleapis.com/token.
+
+    The token endpoint checks the JWT assertion's RS256 signature with `public_key_pem`, its
+    issuer, scope, audience and lifetime, and issues access tokens valid for `expires_in`;
+    messages:send accepts only a bearer token it issued. Queued replies (`reply_with`,
+    `token_reply_with`) are used in order, after those checks."""
+
+    def __init__(self, public_key_pem: bytes, client_email: str, project_id: str) -> None:
+        self.public_key_pem = public_key_pem
+        self.client_email = client_email
+        self.project_id = project_id
+        self.requests: list[FcmRequest] = []
+        self.token_requests: list[dict[str, str]] = []
+        self.assertion_claims: list[dict[str, Any]] = []
+        self.issued_tokens: list[str] = []
+        self.replies: deque[FcmReply] = deque()
+        self.token_replies: deque[FcmReply] = deque()
+        self.expires_in = 3600
+        self.release = threading.Event()
+        self._httpd = _FcmHTTPServer(("127.0.0.1", 0), _FcmHandler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self.token_url = f"{self.base_url}/token"
+        self.audience = self.token_url
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def reply_with(self, *replies: FcmReply) -> None:
+        self.replies.extend(replies)
+
+    def token_reply_with(self, *replies: FcmReply) -> None:
+        self.token_replies.extend(replies)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def check_assertion(self, assertion: str) -> bool:
+        import jwt  # local: keeps this section's imports out of the shared header
+
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                assertion,
+                self.public_key_pem,
+                algorithms=["RS256"],
+                audience=self.audience,
+                options={"require": ["iss", "aud", "iat", "exp"]},
+            )
+        except jwt.PyJWTError:
+            return False
+        self.assertion_claims.append(claims)
+        return (
+            claims.get("iss") == self.client_email
+            and claims.get("scope") == FCM_TEST_SCOPE
+            and 0 < claims["exp"] - claims["iat"] <= 3600
+        )
+
+
+class _FcmHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    request_queue_size = 128  # concurrent-send tests open many connections at once
+    owner: FcmTestServer
+
+
+class _FcmHandler(BaseHTTPRequestHandler):
+    server: _FcmHTTPServer
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        if self.path == "/token":
+            form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+            owner.token_requests.append(form)
+            reply = owner.token_replies.popleft() if owner.token_replies else FcmReply()
+            if reply.body is None and reply.status == 200:
+                if form.get(
+                    "grant_type"
+                ) != "urn:ietf:params:oauth:grant-type:jwt-bearer" or not owner.check_assertion(
+                    form.get("assertion", "")
+                ):
+                    reply = FcmReply(
+                        400, {"error": "invalid_grant", "error_description": "Invalid JWT"}
+                    )
+                else:
+                    token = f"ya29.test-{uuid.uuid4().hex}"
+                    owner.issued_tokens.append(token)
+                    reply = FcmReply(
+                        body={
+                            "access_token": token,
+                            "expires_in": owner.expires_in,
+                            "token_type": "Bearer",
+                        },
+                        delay_seconds=reply.delay_seconds,
+                    )
+            self._answer(reply)
+            return
+        owner.requests.append(
+            FcmRequest(
+                path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
+            )
+        )
+        if self.path != f"/v1/projects/{owner.project_id}/messages:send":
+            self._answer(fcm_error(404, "NOT_FOUND", "Requested entity was not found."))
+            return
+        bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        if bearer not in owner.issued_tokens:
+            self._answer(
+                fcm_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+            )
+            return
+        reply = owner.replies.popleft() if owner.replies else FcmReply()
+        if reply.body is None and reply.status == 200:
+            name = f"projects/{owner.project_id}/messages/{uuid.uuid4().hex}"
+            reply = FcmReply(body={"name": name}, delay_seconds=reply.delay_seconds)
+        self._answer(reply)
+
+    def _answer(self, reply: FcmReply) -> None:
+        if reply.delay_seconds:
+            self.server.owner.release.wait(reply.delay_seconds)
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a read-timeout test)
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read the recorded requests, not stderr."""
+
+
+@contextmanager
+def fcm_server(
+    public_key_pem: bytes, client_email: str, project_id: str
+) -> Iterator[FcmTestServer]:
+    server = FcmTestServer(public_key_pem, client_email, project_id)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Telegram Bot API (POST /bot{token}/sendMessage, https://core.telegram.org/bots/api)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TelegramRequest:
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class TelegramReply:
+    """What the server answers next. `body` is sent as JSON unless it is bytes (sent raw);
+    None → success with the next message_id."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0
+
+
+def telegram_error(
+    status: int, description: str, *, retry_after: int | None = None
+) -> TelegramReply:
+    """The Bot API's error answer: `{"ok": false, "error_code", "description", "parameters"}`."""
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if retry_after is not None:
+        body["parameters"] = {"retry_after": retry_after}
+    return TelegramReply(status=status, body=body)
+
+
+class TelegramTestServer:
+    """A local stand-in for api.telegram.org for one bot token (others get 401 Unauthorized)."""
+
+    def __init__(self, bot_token: str) -> None:
+        self.bot_token = bot_token
+        self.requests: list[TelegramRequest] = []
+        self.replies: deque[TelegramReply] = deque()
+        self.release = threading.Event()
+        self._next_message_id = 1000
+        self._lock = threading.Lock()
+        self._httpd = _TelegramHTTPServer(("127.0.0.1", 0), _TelegramHandler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def reply_with(self, *replies: TelegramReply) -> None:
+        self.replies.extend(replies)
+
+    def next_message_id(self) -> int:
+        with self._lock:
+            self._next_message_id += 1
+            return self._next_message_id
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class _TelegramHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    request_queue_size = 128  # concurrent-send tests open many connections at once
+    owner: TelegramTestServer
+
+
+class _TelegramHandler(BaseHTTPRequestHandler):
+    server: _TelegramHTTPServer
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        owner.requests.append(
+            TelegramRequest(
+                path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
+            )
+        )
+        prefix = f"/bot{owner.bot_token}/"
+        if not self.path.startswith(prefix):
+            self._answer(telegram_error(401, "Unauthorized"))
+            return
+        if self.path.removeprefix(prefix) != "sendMessage":
+            self._answer(telegram_error(404, "Not Found"))
+            return
+        reply = owner.replies.popleft() if owner.replies else TelegramReply()
+        if reply.body is None and reply.status == 200:
+            sent = json.loads(body)
+            result = {
+                "message_id": owner.next_message_id(),
+                "chat": {"id": sent.get("chat_id"), "type": "private"},
+                "date": 1_700_000_000,
+                "text": sent.get("text"),
+            }
+            reply = TelegramReply(
+                body={"ok": True, "result": result}, delay_seconds=reply.delay_seconds
+            )
+        self._answer(reply)
+
+    def _answer(self, reply: TelegramReply) -> None:
+        if reply.delay_seconds:
+            self.server.owner.release.wait(reply.delay_seconds)
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a read-timeout test)
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read the recorded requests, not stderr."""
+
+
+@contextmanager
+def telegram_server(bot_token: str) -> Iterator[TelegramTestServer]:
+    server = TelegramTestServer(bot_token)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
