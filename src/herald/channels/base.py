@@ -54,7 +54,9 @@ class ProviderOutcome:
 
     @staticmethod
     def sent(message_id: str | None = None, status: str | None = None) -> ProviderOutcome:
-        return ProviderOutcome(outcome="sent", provider_message_id=message_id, provider_status=status)
+        return ProviderOutcome(
+            outcome="sent", provider_message_id=message_id, provider_status=status
+        )
 
     @staticmethod
     def unconfigured() -> ProviderOutcome:
