@@ -95,6 +95,29 @@ TEMPLATE_STATUSES: Final[tuple[str, ...]] = get_args(TemplateStatus)
 AttemptOutcome = Literal["sent", "failed", "dead", "skipped"]
 ATTEMPT_OUTCOMES: Final[tuple[str, ...]] = get_args(AttemptOutcome)
 
+OperationalEmailStatus = Literal["queued", "processing", "sent", "skipped", "dead"]
+OPERATIONAL_EMAIL_STATUSES: Final[tuple[str, ...]] = get_args(OperationalEmailStatus)
+
+AuditAction = Literal[
+    "create", "update", "delete", "publish", "archive", "restore", "replay", "cancel", "erase"
+]
+AUDIT_ACTIONS: Final[tuple[str, ...]] = get_args(AuditAction)
+
+ActorKind = Literal["api_key", "person", "system"]
+ACTOR_KINDS: Final[tuple[str, ...]] = get_args(ActorKind)
+
+# The permission catalogue (R-SEC-3): three modules, five verbs each. None is superadmin-only
+# (R-SEC-4).
+PERMISSION_MODULES: Final[tuple[str, ...]] = (
+    "NotificationTemplate",
+    "NotificationHistory",
+    "NotificationFailure",
+)
+PERMISSION_VERBS: Final[tuple[str, ...]] = ("CREATE", "READ", "UPDATE", "DELETE", "RESTORE")
+PERMISSIONS: Final[tuple[str, ...]] = tuple(
+    f"{module}_{verb}" for module in PERMISSION_MODULES for verb in PERMISSION_VERBS
+)
+
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)
 

@@ -887,3 +887,44 @@ async def test_list_walks_the_centre_index(seed: Seed, engine: AsyncEngine) -> N
                     conn, viewer, limit=21, after=after, unread_only=False
                 )
                 assert len(page) == 21
+
+
+async def test_deleted_staff_role_keeps_its_rows_hidden(
+    client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    """R-CENTRE-3, R-CENTRE-9, R-SCHEMA-20: deleting a staff role sets the rows' audience_role_id NULL
+    (never blocks the delete), but the scope kind copied at fan-out keeps those rows hidden
+    instead of exposing them under every role."""
+    from herald.fanout.worker import fan_out_next_event
+    from herald.kinds.sample import SAMPLE_REGISTRY
+    from herald.sending.service import SendInput, asend
+    from tests import seed
+
+    async with engine.begin() as conn:
+        teacher_role = await seed.role(conn, tenant, "teacher", "staff")
+        await seed.role(conn, tenant, "guardian", "guardian")
+        await seed.person(conn, tenant, "t1", roles=[teacher_role])
+        await asend(
+            conn,
+            SendInput(
+                tenant_id=tenant,
+                kind="system.maintenance",
+                audience={"kind": "role", "roles": ["teacher"]},
+                channels=["in_app"],
+                variables={"window": "Saturday"},
+            ),
+            registry=SAMPLE_REGISTRY,
+        )
+    while await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=50, tenant_id=tenant):
+        pass
+    token = sign_token(settings, tenant_id=tenant, subject="t1", role="teacher")
+    listed = await client.get("/v1/me/notifications", headers={"Authorization": f"Bearer {token}"})
+    assert len(listed.json()["items"]) == 1
+    async with engine.begin() as conn:
+        await conn.execute(s.role.delete().where(s.role.c.id == teacher_role))
+    for role in (None, "guardian"):
+        token = sign_token(settings, tenant_id=tenant, subject="t1", role=role)
+        listed = await client.get(
+            "/v1/me/notifications", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert listed.json()["items"] == [], role

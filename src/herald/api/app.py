@@ -63,9 +63,28 @@ def create_app(
 
 def _routers() -> list[APIRouter]:
     """Every stage's router, assembled in one place so the route table reads top to bottom."""
+    from herald.admin.dead_letters import routes as admin_dead_letters
+    from herald.admin.history import routes as admin_history
+    from herald.admin.templates import routes as admin_templates
     from herald.centre import routes as centre
+    from herald.devices import routes as devices
     from herald.directory import routes as directory
+    from herald.feed import routes as feed
+    from herald.preferences import routes as preferences
+    from herald.realtime import routes as realtime
     from herald.secrets import routes as secrets
     from herald.sending import routes as sending
 
-    return [sending.router, directory.router, secrets.router, centre.router]
+    return [
+        sending.router,
+        directory.router,
+        secrets.router,
+        centre.router,
+        realtime.router,
+        preferences.router,
+        devices.router,
+        feed.router,
+        admin_templates.router,
+        admin_history.router,
+        admin_dead_letters.router,
+    ]

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.auth import service as auth
 from herald.config import Settings
-from herald.errors import Forbidden, Unauthenticated
+from herald.errors import Forbidden, NotFound, Unauthenticated
 from herald.kinds import Registry
 from herald.secrets.vault import Vault
 
@@ -77,6 +77,27 @@ async def current_actor(
 
 
 ActorDep = Annotated[auth.Actor, Depends(current_actor)]
+
+
+async def current_operator(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> auth.Operator:
+    credential = _bearer(authorization)
+    async with transaction(request) as conn:
+        return await auth.authenticate_operator(conn, state(request).settings, credential)
+
+
+OperatorDep = Annotated[auth.Operator, Depends(current_operator)]
+
+
+def require_permission(operator: auth.Operator, permission: str) -> None:
+    """For id-addressed admin routes and mutations: a caller without `permission` is told the
+    row does not exist (404), never 403, which would confirm it does (R-SEC-7). List routes
+    instead answer an empty page."""
+    if not operator.may(permission):
+        raise NotFound()
+
+
 EventsWriter = Annotated[auth.ApiCaller, Depends(require_scope("events:write"))]
 EventsReader = Annotated[auth.ApiCaller, Depends(require_scope("events:read"))]
 DirectoryWriter = Annotated[auth.ApiCaller, Depends(require_scope("directory:write"))]

@@ -71,3 +71,20 @@ async def find_actor(
     if row is None:
         return None
     return row.id, row.role_id, row.scope_kind, bool(row.holds)
+
+
+async def api_key_public_id(conn: AsyncConnection, key_hash: str) -> str | None:
+    row = (
+        await conn.execute(select(s.api_key.c.public_id).where(s.api_key.c.key_hash == key_hash))
+    ).first()
+    return str(row.public_id) if row else None
+
+
+async def role_grants(conn: AsyncConnection, role_id: int) -> tuple[list[str], bool]:
+    """(permissions, is_superadmin) of a role."""
+    row = (
+        await conn.execute(
+            select(s.role.c.permissions, s.role.c.is_superadmin).where(s.role.c.id == role_id)
+        )
+    ).one()
+    return list(row.permissions), bool(row.is_superadmin)

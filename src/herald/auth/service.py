@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald import vocabulary
 from herald.auth import queries
 from herald.config import Settings
-from herald.errors import ConfigurationError, Unauthenticated, ValidationFailed
+from herald.errors import ConfigurationError, Forbidden, Unauthenticated, ValidationFailed
 
 KEY_PREFIX = "hk_"
 
@@ -124,4 +124,57 @@ async def authenticate_actor(conn: AsyncConnection, settings: Settings, token: s
         role_id=role_id,
         role_scope_kind=scope_kind,
         holds_role=holds,
+    )
+
+
+@dataclass(frozen=True)
+class Operator:
+    """Someone using the admin surface: a person acting through their active role, or an API key
+    with the `admin` scope (which acts as a superadmin of its tenant).
+
+    Permissions come from the directory at request time, so the history screen and the live feed
+    can never disagree about who may see what.
+    """
+
+    tenant_id: str
+    actor_kind: str  # "person" | "api_key"
+    actor_id: str  # the person's external id, or the key's public id
+    person_id: int | None
+    permissions: frozenset[str]
+    superadmin: bool
+
+    def may(self, permission: str) -> bool:
+        return self.superadmin or permission in self.permissions
+
+
+async def authenticate_operator(
+    conn: AsyncConnection, settings: Settings, credential: str
+) -> Operator:
+    if credential.startswith(KEY_PREFIX):
+        caller = await authenticate_key(conn, credential)
+        if not caller.allows("admin"):
+            raise Forbidden("this API key lacks the admin scope")
+        key_id = await queries.api_key_public_id(conn, hash_key(credential))
+        return Operator(
+            tenant_id=caller.tenant_id,
+            actor_kind="api_key",
+            actor_id=key_id or "api_key",
+            person_id=None,
+            permissions=frozenset(),
+            superadmin=True,
+        )
+    actor = await authenticate_actor(conn, settings, credential)
+    permissions: frozenset[str] = frozenset()
+    superadmin = False
+    # Only a role the person still holds grants anything; no active role grants nothing.
+    if actor.role_id is not None and actor.holds_role:
+        granted, superadmin = await queries.role_grants(conn, actor.role_id)
+        permissions = frozenset(granted)
+    return Operator(
+        tenant_id=actor.tenant_id,
+        actor_kind="person",
+        actor_id=actor.external_id,
+        person_id=actor.person_id,
+        permissions=permissions,
+        superadmin=superadmin,
     )

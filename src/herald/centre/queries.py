@@ -72,7 +72,12 @@ def visible_to(actor: Actor) -> ColumnElement[bool]:
         .correlate(r)
         .exists()
     )
-    staff_live = or_(r.c.audience_role_id.is_(None), audience_role_live)
+    # A row whose audience role was deleted (its id set NULL) keeps the scope kind copied at
+    # fan-out: a staff-scoped one stays hidden instead of becoming visible under every role.
+    unscoped = and_(
+        r.c.audience_role_id.is_(None), r.c.audience_scope_kind.is_distinct_from("staff")
+    )
+    staff_live = or_(unscoped, audience_role_live)
 
     # 4. Delivered in-app (Herald's decision 6, stricter than R-CENTRE-10 and R-CENTRE-17): email-
     # or SMS-only rows, suppressed rows and failed renders never reach the centre.

@@ -208,6 +208,7 @@ notification_event = Table(
     Column("occurred_at", TZ, nullable=False, server_default=NOW),
     _created_at(),
     Column("cancelled_at", TZ),
+    Column("cancelled_by", Text),
     # Fan-out claim and completion are separate columns (R-SCHEMA-11, R-FANOUT-4).
     Column("fanout_claimed_at", TZ),
     Column("fanout_claim_token", UUID(as_uuid=True)),
@@ -278,6 +279,9 @@ notification_recipient = Table(
     Column("user_id", BigInteger, ForeignKey("person.id", ondelete="SET NULL")),
     Column("user_public_id_snapshot", UUID(as_uuid=True), nullable=False),
     Column("audience_role_id", BigInteger, ForeignKey("role.id", ondelete="SET NULL")),
+    # The audience role's scope kind, copied at fan-out: if the role is later deleted (its id set
+    # NULL), a staff-scoped row must stay hidden rather than become visible to everyone.
+    Column("audience_scope_kind", Text),
     # The per-recipient overlay on the event's variables (R-SCHEMA-57).
     Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("locale", Text, nullable=False, server_default="en"),
@@ -288,6 +292,9 @@ notification_recipient = Table(
     # A table constraint, not only an index (R-SCHEMA-17).
     UniqueConstraint(
         "event_id", "user_public_id_snapshot", name="notification_recipient_event_user_key"
+    ),
+    vocab_check(
+        "audience_scope_kind", vocabulary.SCOPE_KINDS, "audience_scope_kind", nullable=True
     ),
     Index(
         "notification_recipient_centre_idx", "user_id", text("occurred_at DESC"), text("id DESC")
@@ -639,4 +646,116 @@ secret_vault = Table(
     Column("expires_at", TZ, nullable=False),
     Index("secret_vault_expires_at_idx", "expires_at"),
     prefixes=["UNLOGGED"],
+)
+
+# ---------------------------------------------------------------------------------------------
+# Audit of operator mutations (R-ADMIN-6..8): who, what, and per-field before/after values.
+
+audit_record = Table(
+    "audit_record",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("actor_kind", Text, nullable=False),
+    Column("actor_id", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("entity_type", Text, nullable=False),
+    Column("entity_id", Text, nullable=False),
+    # {"field": {"before": …, "after": …}} for updates; the created/deleted values otherwise.
+    Column("changes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    _created_at(),
+    vocab_check("actor_kind", vocabulary.ACTOR_KINDS, "actor_kind"),
+    vocab_check("action", vocabulary.AUDIT_ACTIONS, "action"),
+    Index("audit_record_entity_idx", "tenant_id", "entity_type", "entity_id", "id"),
+    Index("audit_record_created_idx", "tenant_id", "created_at"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Read-time fan-out: the operations feed (R-SCHEMA-1, R-SCHEMA-2, R-SCHEMA-43..45, R-SCHEMA-60).
+# No key or join to the write-time tables.
+
+feed_notification = Table(
+    "feed_notification",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("kind", Text, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("body", Text),
+    Column("link", Text),
+    # The permission a viewer's active role must hold to see this row.
+    Column("permission_code", Text, nullable=False),
+    Column("occurred_at", TZ, nullable=False, server_default=NOW),
+    _created_at(),
+    Index("feed_notification_list_idx", "tenant_id", text("occurred_at DESC"), text("id DESC")),
+    Index("feed_notification_permission_idx", "tenant_id", "permission_code"),
+    Index("feed_notification_occurred_at_idx", "occurred_at"),
+)
+
+feed_notification_read = Table(
+    "feed_notification_read",
+    metadata,
+    Column(
+        "notification_id",
+        BigInteger,
+        ForeignKey("feed_notification.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("user_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("read_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("notification_id", "user_id"),
+    Index("feed_notification_read_user_idx", "user_id"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Operational email (R-OPMAIL-*): alerts to the fixed support mailbox, rendered at enqueue,
+# retried on their own budget; no event, recipient or delivery rows.
+
+operational_email = Table(
+    "operational_email",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("aggregate_type", Text),
+    Column("aggregate_id", Text),
+    Column("event_type", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("body_text", Text, nullable=False),
+    Column("body_html", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default="queued"),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    Column("claimed_at", TZ),
+    Column("lease_expires_at", TZ),
+    Column("sent_at", TZ),
+    Column("last_error", Text),
+    _created_at(),
+    vocab_check("status", vocabulary.OPERATIONAL_EMAIL_STATUSES, "status"),
+    CheckConstraint("(claimed_at IS NULL) = (lease_expires_at IS NULL)", name="lease_pair"),
+    CheckConstraint(
+        "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
+    ),
+    Index(
+        "operational_email_due_idx", "next_attempt_at", postgresql_where=text("status = 'queued'")
+    ),
+    Index(
+        "operational_email_lease_idx",
+        "lease_expires_at",
+        postgresql_where=text("status = 'processing'"),
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Once-per-period maintenance tasks (the SMS credit check's day key, R-CREDIT-1/6): a
+# compare-and-set on the last key run, so any number of workers run a task once per period.
+
+maintenance_run = Table(
+    "maintenance_run",
+    metadata,
+    Column("task", Text, primary_key=True),
+    Column("period_key", Text, nullable=False),
+    Column("ran_at", TZ, nullable=False, server_default=NOW),
 )

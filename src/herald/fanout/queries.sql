@@ -31,8 +31,10 @@ SELECT fanout_cursor
 -- One row per (event, person). The conflict target is named (R-FANOUT-10), so a redelivered page
 -- is a no-op for rows already written instead of a unique violation that fails the batch.
 INSERT INTO notification_recipient
-       (tenant_id, event_id, user_id, user_public_id_snapshot, audience_role_id, variables, locale, occurred_at)
+       (tenant_id, event_id, user_id, user_public_id_snapshot, audience_role_id, audience_scope_kind,
+        variables, locale, occurred_at)
 SELECT :tenant_id, :event_id, m.person_id, m.public_id, m.role_id,
+       (SELECT ro.scope_kind FROM role ro WHERE ro.id = m.role_id),
        jsonb_build_object('name', m.name), m.locale, :occurred_at
   FROM unnest(CAST(:person_ids AS bigint[]), CAST(:public_ids AS uuid[]), CAST(:role_ids AS bigint[]),
               CAST(:names AS text[]), CAST(:locales AS text[]))
