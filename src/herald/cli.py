@@ -172,14 +172,19 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
 
 
 @app.command()
-def worker() -> None:
+def worker(
+    tenant: Annotated[
+        str | None,
+        typer.Option(help="Work for this tenant only (sharding workers by tenant); default: all."),
+    ] = None,
+) -> None:
     """Run the background worker until SIGINT/SIGTERM, then drain and exit."""
     settings = _settings()
     _configure_logging()
-    _run(_work(settings))
+    _run(_work(settings, tenant))
 
 
-async def _work(settings: Settings) -> None:
+async def _work(settings: Settings, tenant: str | None = None) -> None:
     from herald.db.engine import make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
@@ -191,7 +196,7 @@ async def _work(settings: Settings) -> None:
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):
-            await run_worker(settings, engine, registry, stop)
+            await run_worker(settings, engine, registry, stop, tenant_id=tenant)
     finally:
         # R-OPS-12: the pool is closed before the process exits.
         await engine.dispose()

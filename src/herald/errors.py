@@ -212,3 +212,132 @@ class SmsBalanceUnavailable(HeraldError):
 
     code = "SMS_BALANCE_UNAVAILABLE"
     status = 502
+
+
+class DeviceNotFound(NotFound):
+    """No such device."""
+
+    code = "NOTIFICATION_DEVICE_NOT_FOUND"
+
+
+class DeviceLimitReached(Conflict):
+    """This person already has the most push devices allowed; remove one before adding another."""
+
+    code = "NOTIFICATION_DEVICE_LIMIT_REACHED"
+
+
+class DeviceRegistrationConflict(Conflict):
+    """The token was being registered concurrently; try again."""
+
+    code = "NOTIFICATION_DEVICE_REGISTRATION_CONFLICT"
+
+
+class EventAlreadyCancelled(Conflict):
+    """already_cancelled: the event was cancelled before this request."""
+
+    code = "NOTIFICATION_ALREADY_CANCELLED"
+
+
+class EventFanoutStarted(Conflict):
+    """fanout_started: the fan-out has already claimed this event, so it can no longer be
+    cancelled."""
+
+    code = "NOTIFICATION_FANOUT_STARTED"
+
+
+class PreferenceInvalid(ValidationFailed):
+    """The preferences name a channel or category Herald does not know."""
+
+    code = "NOTIFICATION_PREFERENCE_INVALID"
+
+
+class PreferenceVersionConflict(Conflict):
+    """The preferences changed since this version was read (another device saved first); read
+    them again and reapply the change."""
+
+    code = "NOTIFICATION_PREFERENCE_VERSION_CONFLICT"
+
+
+class TemplateOverrideNotFound(NotFound):
+    """No such template override."""
+
+    code = "NOTIFICATION_TEMPLATE_OVERRIDE_NOT_FOUND"
+
+
+class TemplateOverrideExists(Conflict):
+    """This kind already has an override for that channel and locale; update it instead."""
+
+    code = "NOTIFICATION_TEMPLATE_OVERRIDE_EXISTS"
+
+
+class TemplateVersionConflict(Conflict):
+    """The template override changed since it was read; re-read it and apply the change again."""
+
+    code = "NOTIFICATION_TEMPLATE_VERSION_CONFLICT"
+
+
+class TemplateStatusConflict(Conflict):
+    """The template override's status does not allow this change."""
+
+    code = "NOTIFICATION_TEMPLATE_STATUS_CONFLICT"
+
+
+class TemplatePlaceholderUnknown(ValidationFailed):
+    """The template uses a placeholder the kind does not declare."""
+
+    code = "NOTIFICATION_TEMPLATE_PLACEHOLDER_UNKNOWN"
+
+
+class TemplatePlaceholderMalformed(ValidationFailed):
+    """Placeholders are flat names in double braces, like {{title}}; nothing else is evaluated."""
+
+    code = "NOTIFICATION_TEMPLATE_PLACEHOLDER_MALFORMED"
+
+
+class TemplatePlaceholderRequired(ValidationFailed):
+    """The template leaves out a secret placeholder the kind's message exists to carry."""
+
+    code = "NOTIFICATION_TEMPLATE_PLACEHOLDER_REQUIRED"
+
+
+class TemplateBodyBlank(ValidationFailed):
+    """A template body cannot be empty or blank."""
+
+    code = "NOTIFICATION_TEMPLATE_BODY_BLANK"
+
+
+class TemplateTitleRequired(ValidationFailed):
+    """In-app, email and push templates need a title."""
+
+    code = "NOTIFICATION_TEMPLATE_TITLE_REQUIRED"
+
+
+class TemplateTitleNotAllowed(ValidationFailed):
+    """SMS and Telegram templates have a body only."""
+
+    code = "NOTIFICATION_TEMPLATE_TITLE_NOT_ALLOWED"
+
+
+class FeedNotificationNotFound(NotFound):
+    """No such feed notification."""
+
+    code = "FEED_NOTIFICATION_NOT_FOUND"
+
+
+class FeedNotificationInvalid(ValidationFailed):
+    """The feed notification is not valid."""
+
+    code = "FEED_NOTIFICATION_INVALID"
+
+
+class FeedReaderRequired(ValidationFailed):
+    """Feed read state belongs to a person; an API key has none (sign in as a person)."""
+
+    code = "FEED_READER_REQUIRED"
+
+
+class FeedPublishOutsideTransaction(HeraldError):
+    """feed.publish() needs the caller's own transaction; an autocommit or idle connection would
+    commit the feed row independently of the business write it describes."""
+
+    code = "FEED_PUBLISH_OUTSIDE_TRANSACTION"

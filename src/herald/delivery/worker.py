@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 
 # R-CHAN-19 (and Telegram, bounded further by its provider's rate limiter).
 CONCURRENCY = {"sms": 2, "email": 4, "push": 8, "telegram": 4}
+# Rows claimed (and recorded) together. Outcomes are written once per batch, so a worker that
+# dies mid-batch repeats the sends it made but had not recorded — the at-least-once window. Paid,
+# slow SMS keeps that window to a handful; cheap, fast email and push use larger batches.
+BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 100, "push": 100}
+RECORD_EVERY = 25
 
 
 async def deliver_batch(
@@ -36,7 +41,7 @@ async def deliver_batch(
     registry: Registry,
     vault: Vault,
     settings: Settings,
-    limit: int = 100,
+    limit: int | None = None,
     tenant_id: str | None = None,
     gate: asyncio.Semaphore | None = None,
 ) -> int:
@@ -46,13 +51,13 @@ async def deliver_batch(
     """
     async with engine.begin() as conn:
         contexts = await queries.claim_due_deliveries(
-            conn, channel, limit, settings.lease_seconds, tenant_id
+            conn, channel, limit or BATCH_LIMIT.get(channel, 100), settings.lease_seconds, tenant_id
         )
         if not contexts:
             return 0
         pairs = sorted({(c["tenant_id"], c["kind"]) for c in contexts})
         overrides = _overrides(await queries.published_overrides(conn, pairs))
-    results = await _send_all(
+    sends = _start_sends(
         contexts,
         provider,
         registry=registry,
@@ -61,11 +66,20 @@ async def deliver_batch(
         overrides=overrides,
         gate=gate,
     )
-    await recorder.record(engine, results, settings)
+    # Record outcomes in groups as they complete, not once at the end of the batch: a crash then
+    # repeats at most one group's unrecorded sends, not the whole batch's.
+    pending: list[Result] = []
+    for finished in asyncio.as_completed(sends):
+        pending.append(await finished)
+        if len(pending) >= RECORD_EVERY:
+            await recorder.record(engine, pending, settings)
+            pending = []
+    if pending:
+        await recorder.record(engine, pending, settings)
     return len(contexts)
 
 
-async def _send_all(
+def _start_sends(
     contexts: Sequence[dict[str, Any]],
     provider: Provider,
     *,
@@ -74,7 +88,7 @@ async def _send_all(
     settings: Settings,
     overrides: dict[tuple[str, str], dict[OverrideKey, Override]],
     gate: asyncio.Semaphore | None,
-) -> list[Result]:
+) -> list[asyncio.Task[Result]]:
     # Shared across a channel's batch loops, so the channel's provider concurrency is a process total.
     gate = gate or asyncio.Semaphore(CONCURRENCY.get(provider.channel, 4))
 
@@ -104,7 +118,7 @@ async def _send_all(
                 )
             return Result(prepared, outcome)
 
-    return list(await asyncio.gather(*(one(c) for c in contexts)))
+    return [asyncio.ensure_future(one(c)) for c in contexts]
 
 
 def _overrides(
