@@ -341,3 +341,15 @@ class FeedPublishOutsideTransaction(HeraldError):
     commit the feed row independently of the business write it describes."""
 
     code = "FEED_PUBLISH_OUTSIDE_TRANSACTION"
+
+
+class OperationalEventUnknown(ValidationFailed):
+    """The operational email's event type is not one Herald knows; nothing was enqueued."""
+
+    code = "OPERATIONAL_EVENT_UNKNOWN"
+
+
+class OperationalEmailInvalid(ValidationFailed):
+    """An operational email needs a subject and one to three label/value rows."""
+
+    code = "OPERATIONAL_EMAIL_INVALID"

@@ -1,7 +1,31 @@
-"""HTTP routes of the preferences stage (to be filled in)."""
+"""The consumer preference API: an end user's own switches, by JWT, with no permission grant.
+
+Authentication is the only gate; the service keys every read and write on the token's person
+(R-PREFAPI-11). The registry comes from the application state, so locked categories are computed
+from the kinds this deployment actually runs (R-PREFAPI-4) without importing the fan-out
+(R-PLAT-15).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-router = APIRouter()
+from herald.api.deps import ActorDep, state, transaction
+from herald.preferences import service
+from herald.preferences.schemas import PreferencesSaved, PreferencesUpdate, PreferencesView
+
+router = APIRouter(prefix="/v1/me/preferences", tags=["preferences"])
+
+
+@router.get("", response_model=PreferencesView)
+async def read_preferences(request: Request, actor: ActorDep) -> PreferencesView:
+    async with transaction(request) as conn:
+        return await service.read_preferences(conn, actor, state(request).registry)
+
+
+@router.put("", response_model=PreferencesSaved)
+async def save_preferences(
+    request: Request, actor: ActorDep, body: PreferencesUpdate
+) -> PreferencesSaved:
+    async with transaction(request) as conn:
+        return await service.save_preferences(conn, actor, state(request).registry, body)

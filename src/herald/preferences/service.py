@@ -18,6 +18,15 @@ The order is the design (DESIGN.md §6, seed §6.3):
 `load_preferences` builds a `PreferenceSnapshot` for one fan-out batch in exactly two queries
 (R-PREF-5). The snapshot is a plain value: nothing caches it, and the worker drops it with the
 batch (R-PREF-16).
+
+The consumer API (`read_preferences`, `save_preferences`) lives here too. It needs only the pure
+defaults, the snapshot and the registry it is handed — no fan-out component (R-PLAT-15). Its
+global switch is a MUTE: GET reports a channel as true unless the person stored a "false" row, and
+PUT stores a channel row only for false. A stored true row would turn the channel on for every
+category without an override, SMS included (step 3 beats the code default), so a client that
+echoed GET's `"sms": true` back would have switched SMS on everywhere; with "true or absent means
+no row" an echo of GET changes nothing. Switching one category's channel on stays possible with an
+override.
 """
 
 from __future__ import annotations
@@ -28,8 +37,17 @@ from types import MappingProxyType
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.kinds import Kind
+from herald import vocabulary
+from herald.auth.service import Actor
+from herald.errors import PreferenceInvalid, PreferenceVersionConflict
+from herald.kinds import Kind, Registry
 from herald.preferences import queries
+from herald.preferences.schemas import (
+    CategoryPreferences,
+    PreferencesSaved,
+    PreferencesUpdate,
+    PreferencesView,
+)
 
 
 def _row(in_app: bool, email: bool, push: bool, sms: bool, telegram: bool) -> Mapping[str, bool]:
@@ -78,8 +96,12 @@ class PreferenceSnapshot:
         # 1. The registry entry, and only it (R-PREF-6, R-PREF-7).
         if kind.unsuppressible:
             return True
+        return self.allows_category(person_id, kind.category, channel)
+
+    def allows_category(self, person_id: int, category: str, channel: str) -> bool:
+        """Steps 2-4: the decision for a suppressible kind of `category`."""
         # 2. The most specific thing the person said (R-PREF-8).
-        override = self.category_overrides.get((person_id, kind.category, channel))
+        override = self.category_overrides.get((person_id, category, channel))
         if override is not None:
             return override
         # 3. "No email at all" (R-PREF-9, R-PREF-2).
@@ -87,7 +109,7 @@ class PreferenceSnapshot:
         if switch is not None:
             return switch
         # 4. Code default (R-PREF-10).
-        return category_default(kind.category, channel)
+        return category_default(category, channel)
 
 
 async def load_preferences(conn: AsyncConnection, person_ids: Sequence[int]) -> PreferenceSnapshot:
@@ -108,3 +130,120 @@ async def load_preferences(conn: AsyncConnection, person_ids: Sequence[int]) -> 
             {(row.person_id, row.category, row.channel): bool(row.enabled) for row in overrides}
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The consumer preference API (GET/PUT /v1/me/preferences).
+
+
+def locked_categories(registry: Registry) -> frozenset[str]:
+    """Categories in which EVERY registered kind is unsuppressible (R-PREFAPI-4).
+
+    Computed from the registry entries, not from UNSUPPRESSIBLE_CATEGORIES, which lists where an
+    unsuppressible kind may live, not where one does (R-PREFAPI-5): a category with a suppressible
+    kind, or with no kind at all, has switches that work, so it is not locked.
+    """
+    locked = set()
+    for category in vocabulary.CATEGORIES:
+        kinds = registry.kinds_in(category)
+        if kinds and all(kind.unsuppressible for kind in kinds):
+            locked.add(category)
+    return frozenset(locked)
+
+
+async def read_preferences(
+    conn: AsyncConnection, actor: Actor, registry: Registry
+) -> PreferencesView:
+    """The caller's switches and every category × channel cell's effective value.
+
+    A person who never saved reads version 0, and nothing is written (R-PREFAPI-1, R-SCHEMA-31).
+    """
+    stored = await queries.select_person_set(conn, actor.tenant_id, actor.person_id)
+    person = actor.person_id
+    snapshot = PreferenceSnapshot(
+        channel_switches={(person, channel): on for channel, on in stored.switches.items()},
+        category_overrides={
+            (person, category, channel): on for (category, channel), on in stored.overrides.items()
+        },
+    )
+    locked = locked_categories(registry)
+    return PreferencesView(
+        version=stored.version,
+        # Only a stored "false" is a mute; see the module docstring.
+        channels={channel: stored.switches.get(channel, True) for channel in vocabulary.CHANNELS},
+        categories=[
+            CategoryPreferences(
+                category=category,
+                locked=category in locked,
+                channels={
+                    # A locked category's kinds are sent whatever is stored (R-PREF-6).
+                    channel: category in locked
+                    or snapshot.allows_category(person, category, channel)
+                    for channel in vocabulary.CHANNELS
+                },
+            )
+            for category in vocabulary.CATEGORIES
+        ],
+    )
+
+
+def _unknown(names: set[str], known: tuple[str, ...]) -> str:
+    shown = ", ".join(repr(name[:40]) for name in sorted(names)[:5])
+    return f"{shown}; known: {', '.join(known)}"
+
+
+def _rows_to_store(
+    update: PreferencesUpdate, registry: Registry
+) -> tuple[dict[str, bool], dict[tuple[str, str], bool]]:
+    """Validate the body and reduce it to the rows that express it; refuses before any write."""
+    unknown_channels = {c for c in update.channels if c not in vocabulary.CHANNELS}
+    unknown_channels |= {
+        o.channel for o in update.overrides if o.channel not in vocabulary.CHANNELS
+    }
+    if unknown_channels:
+        raise PreferenceInvalid(
+            f"unknown channel(s) {_unknown(unknown_channels, vocabulary.CHANNELS)}"
+        )
+    unknown_categories = {
+        o.category for o in update.overrides if o.category not in vocabulary.CATEGORIES
+    }
+    if unknown_categories:
+        raise PreferenceInvalid(
+            f"unknown categor(y/ies) {_unknown(unknown_categories, vocabulary.CATEGORIES)}"
+        )
+    # A global row only for a mute: "true" would switch the channel on for every category
+    # without an override, SMS included (see the module docstring).
+    switches = {channel: False for channel, on in update.channels.items() if not on}
+    locked = locked_categories(registry)
+    overrides: dict[tuple[str, str], bool] = {}
+    for override in update.overrides:
+        # A locked category's cells are switches with no effect: never stored (R-PREFAPI-6).
+        if override.category in locked:
+            continue
+        # One row per (category, channel); the last entry wins (R-PREFAPI-7).
+        overrides[(override.category, override.channel)] = override.enabled
+    return switches, overrides
+
+
+async def save_preferences(
+    conn: AsyncConnection, actor: Actor, registry: Registry, update: PreferencesUpdate
+) -> PreferencesSaved:
+    """Replace the caller's whole set, gated on the version they read (R-PREFAPI-3).
+
+    The compare-and-set on notification_preference_set comes FIRST: it takes the row lock that
+    serialises savers, and a loser fails on it before touching a preference row. A 0 inserts the
+    set row at 1 (R-PREFAPI-2, R-PREFAPI-8); n moves it to n + 1 (R-PREFAPI-9); matching nothing is
+    a 409. Everything runs in the caller's one transaction, so a 409 persists nothing
+    (R-PREFAPI-10). Keyed on the session person only (R-PREFAPI-11).
+    """
+    switches, overrides = _rows_to_store(update, registry)
+    tenant_id, person_id = actor.tenant_id, actor.person_id
+    if update.version == 0:
+        version = await queries.insert_set(conn, tenant_id, person_id)
+    else:
+        version = await queries.advance_set(conn, tenant_id, person_id, update.version)
+    if version is None:
+        raise PreferenceVersionConflict()
+    await queries.replace_channel_switches(conn, tenant_id, person_id, switches)
+    await queries.replace_category_overrides(conn, tenant_id, person_id, overrides)
+    return PreferencesSaved(version=version)

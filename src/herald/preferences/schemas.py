@@ -1,0 +1,62 @@
+"""HTTP models of the consumer preference API (DESIGN.md §5.1).
+
+Channel and category names arrive as plain strings and are checked against the vocabulary by the
+service, so an unknown name is a 400 with its own code; a body of the wrong shape is a 422. No
+model carries a user id: every read and write is keyed on the verified token's person
+(R-PREFAPI-11), and `extra="forbid"` refuses a body that tries to name one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic.alias_generators import to_camel
+
+# The set version is an integer column and a save writes version + 1.
+MAX_VERSION = 2**31 - 2
+# Nine categories × five channels is 45 cells; the bound leaves room for duplicates (which are
+# folded, last write wins) while keeping a body from growing without limit.
+MAX_OVERRIDES = 500
+MAX_CHANNELS = 20
+_Name = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class CategoryPreferences(_Model):
+    category: str
+    # Every registered kind of the category is unsuppressible: no switch of it has any effect.
+    locked: bool
+    # channel → the effective value for a suppressible kind of this category (all true if locked).
+    channels: dict[str, bool]
+
+
+class PreferencesView(_Model):
+    # 0 while the person has never saved.
+    version: int
+    # channel → false where the person muted it globally, true otherwise ("not muted").
+    channels: dict[str, bool]
+    categories: list[CategoryPreferences]
+
+
+class PreferenceOverride(_Model):
+    category: _Name
+    channel: _Name
+    enabled: StrictBool
+
+
+class PreferencesUpdate(_Model):
+    """The whole set, replacing what is stored. A channel or cell left out means its default."""
+
+    # The version the client read: 0 when it read none.
+    version: Annotated[int, Field(strict=True, ge=0, le=MAX_VERSION)]
+    # Global switches: false mutes the channel; true (or absent) means "not muted".
+    channels: dict[_Name, StrictBool] = Field(default_factory=dict, max_length=MAX_CHANNELS)
+    overrides: list[PreferenceOverride] = Field(default_factory=list, max_length=MAX_OVERRIDES)
+
+
+class PreferencesSaved(_Model):
+    version: int
