@@ -14,14 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from herald import feed
     from herald.secrets.service import stash as stash_secret
     from herald.sending.service import SendInput, SendResult, asend, send
 
-__all__ = ["SendInput", "SendResult", "asend", "send", "stash_secret"]
+__all__ = ["SendInput", "SendResult", "asend", "feed", "send", "stash_secret"]
 
 
 def __getattr__(name: str) -> Any:
     # Imported lazily so that `import herald.db.schema` (Alembic, tools) stays light.
+    if name == "feed":
+        import importlib
+
+        return importlib.import_module("herald.feed")
     if name == "stash_secret":
         from herald.secrets import service as secrets
 

@@ -19,6 +19,7 @@ from herald.auth import service as auth
 from herald.config import Settings
 from herald.errors import Forbidden, NotFound, Unauthenticated
 from herald.kinds import Registry
+from herald.realtime.hub import RealtimeHub
 from herald.secrets.vault import Vault
 
 
@@ -28,6 +29,8 @@ class AppState:
     engine: AsyncEngine
     registry: Registry
     vault: Vault
+    # The process's one realtime listener and its open streams (started by the app's lifespan).
+    realtime: RealtimeHub
 
 
 def state(request: Request) -> AppState:
@@ -102,3 +105,4 @@ EventsWriter = Annotated[auth.ApiCaller, Depends(require_scope("events:write"))]
 EventsReader = Annotated[auth.ApiCaller, Depends(require_scope("events:read"))]
 DirectoryWriter = Annotated[auth.ApiCaller, Depends(require_scope("directory:write"))]
 SecretsWriter = Annotated[auth.ApiCaller, Depends(require_scope("secrets:write"))]
+FeedWriter = Annotated[auth.ApiCaller, Depends(require_scope("feed:write"))]
