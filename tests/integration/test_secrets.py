@@ -368,3 +368,35 @@ async def test_stash_validation(client: AsyncClient, engine: AsyncEngine, tenant
         headers={"Authorization": f"Bearer {other}"},
     )
     assert forbidden.status_code == 403
+
+
+async def test_transient_failure_keeps_the_secret_for_the_retry(
+    engine: AsyncEngine, tenant: str, smtp: SmtpTestServer, smtp_settings: Settings, vault: Vault
+) -> None:
+    """R-SECRET-4, R-SECRET-9, R-STATE-10: a temporary SMTP refusal hands the consumed token back to
+    the vault (never to a table), so the retry still sends the reset email; after the successful
+    send the reference resolves no more."""
+    from sqlalchemy import func, update
+
+    smtp.handler.refuse_rcpt = "451 4.3.0 try again later"
+    await person(engine, tenant)
+    ref = await secrets.stash(
+        vault, tenant_id=tenant, type="password_reset", values={"token": TOKEN}, ttl_seconds=600
+    )
+    await send_reset(engine, tenant, ref)
+    await deliver_email(engine, smtp_settings, vault, tenant)
+    assert smtp.handler.received == []
+    assert await tables_containing(engine, TOKEN) == []
+
+    smtp.handler.refuse_rcpt = None
+    async with engine.begin() as conn:  # the backoff elapses; sweep 2 re-queues it
+        await conn.execute(
+            update(s.notification_delivery)
+            .where(s.notification_delivery.c.tenant_id == tenant)
+            .values(status="queued", failed_at=None, last_error=None, next_attempt_at=func.now())
+        )
+    await deliver_email(engine, smtp_settings, vault, tenant)
+    [received] = smtp.handler.received
+    assert TOKEN in body_text(received.content)
+    assert await secrets.resolve(vault, tenant, ref) is None
+    assert await tables_containing(engine, TOKEN) == []

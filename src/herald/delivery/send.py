@@ -12,7 +12,7 @@ to record; the worker sends outside any transaction and hands the outcome to the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from herald.channels.base import Message
@@ -41,6 +41,9 @@ class Prepared:
     rendered: Rendered | None = None
     # False for kinds that carry secrets: their rendering (and its hash) is never stored (R-SECRET-5).
     persist: bool = False
+    # The secret this send consumed, held in memory only so that a send that did not go out can
+    # hand it back to the vault for its retry. Never logged, never stored in a table.
+    secret: tuple[str, dict[str, str]] | None = field(default=None, repr=False)
 
 
 async def prepare(
@@ -101,7 +104,12 @@ async def prepare(
         priority=context["priority"],
     )
     return Prepared(
-        context, message=message, destination_hint=hint, rendered=rendered, persist=persist
+        context,
+        message=message,
+        destination_hint=hint,
+        rendered=rendered,
+        persist=persist,
+        secret=(ref, secret_values) if ref is not None else None,
     )
 
 

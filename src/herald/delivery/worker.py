@@ -20,6 +20,7 @@ from herald.delivery.recorder import Result
 from herald.delivery.send import prepare
 from herald.kinds import Registry
 from herald.rendering.render import Override, OverrideKey
+from herald.secrets import service as secrets
 from herald.secrets.vault import Vault
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,11 @@ def _start_sends(
                 )
                 outcome = ProviderOutcome.failure(
                     recorder.UNKNOWN_CODES.get(provider.channel, "PROVIDER_UNKNOWN"), retryable=True
+                )
+            if outcome.outcome == "failed" and outcome.retryable and prepared.secret is not None:
+                ref, values = prepared.secret
+                await secrets.give_back(
+                    vault, context["tenant_id"], ref, values, settings.vault_ttl_seconds
                 )
             return Result(prepared, outcome)
 

@@ -83,3 +83,19 @@ async def resolve(
         log.warning("secret %s is gone (expired, already used, or the vault was flushed)", ref)
         return None
     return dict(found)
+
+
+async def give_back(
+    vault: Vault, tenant_id: str, ref: str, values: Mapping[str, str], ttl_seconds: int
+) -> None:
+    """Return a consumed secret to the vault under the same reference, for a send that will be
+    retried: a transient SMTP refusal must not cost the person their reset email. The values go
+    back where they came from (the vault), never to a table. A resolver-backed reference needs
+    nothing: its resolver re-derives the value."""
+    prefix, _, ref_id = ref.partition(":")
+    if not ref_id or RESOLVERS.get(prefix) is not None:
+        return
+    try:
+        await vault.put(tenant_id, ref_id, dict(values), ttl_seconds)
+    except Exception as exc:
+        log.error("secret %s could not be returned to the vault (%s)", ref, type(exc).__name__)
