@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Executable, func, literal_column, select
+from sqlalchemy import Executable, func, literal_column, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -66,3 +66,48 @@ async def event_status(
         )
     ).all()
     return {**row._asdict(), "deliveries": {status: n for status, n in counts}}
+
+
+async def cancel_event(
+    conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID, actor: str
+) -> dict[str, Any] | None:
+    """Cancel as one compare-and-set (R-ADMIN-15): it matches only an event nobody has cancelled
+    and the fan-out has not touched. `fanout_cursor = 0` keeps out an event whose claim was
+    released mid-way (reaper or drain): its first pages are written, so its fan-out has started.
+    The fan-out claim skips cancelled rows, so once this commits nothing is ever sent; if the
+    claim locked the row first, this UPDATE waits, re-checks the WHERE and matches nothing."""
+    e = s.notification_event
+    row = (
+        await conn.execute(
+            update(e)
+            .where(
+                e.c.tenant_id == tenant_id,
+                e.c.public_id == public_id,
+                e.c.cancelled_at.is_(None),
+                e.c.fanout_claimed_at.is_(None),
+                e.c.fanout_completed_at.is_(None),
+                e.c.fanout_cursor == 0,
+            )
+            .values(cancelled_at=func.now(), cancelled_by=actor)
+            .returning(e.c.public_id, e.c.kind, e.c.cancelled_at, e.c.cancelled_by)
+        )
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+async def cancel_refusal_state(
+    conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """Re-read after a cancel matched nothing, to say why (R-ADMIN-16)."""
+    e = s.notification_event
+    row = (
+        await conn.execute(
+            select(
+                e.c.cancelled_at,
+                e.c.fanout_claimed_at,
+                e.c.fanout_completed_at,
+                e.c.fanout_cursor,
+            ).where(e.c.tenant_id == tenant_id, e.c.public_id == public_id)
+        )
+    ).first()
+    return dict(row._mapping) if row else None

@@ -1,4 +1,4 @@
-"""POST /v1/events and GET /v1/events/{id}."""
+"""POST /v1/events, GET /v1/events/{id} and POST /v1/events/{id}/cancel."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Request, Response
 from herald.api.deps import EventsReader, EventsWriter, state, transaction
 from herald.errors import EventNotFound
 from herald.sending import service
-from herald.sending.schemas import EventCreate, EventCreated, EventStatus
+from herald.sending.schemas import EventCancelled, EventCreate, EventCreated, EventStatus
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 
@@ -49,3 +49,22 @@ async def get_event(event_id: str, request: Request, caller: EventsReader) -> Ev
     async with transaction(request) as conn:
         found = await service.get_event(conn, caller.tenant_id, public_id)
     return EventStatus(**found)
+
+
+# ApiCaller carries no key id, so a server-side cancel is recorded as made by "an API key".
+SERVER_CANCEL_ACTOR = "api_key"
+
+
+@router.post("/{event_id}/cancel", response_model=EventCancelled, response_model_by_alias=True)
+async def cancel_event(event_id: str, request: Request, caller: EventsWriter) -> EventCancelled:
+    """Cancel an event the fan-out has not started; 409 with the reason when it has, or when it
+    was already cancelled (R-ADMIN-15, R-ADMIN-16)."""
+    try:
+        public_id = uuid.UUID(event_id)
+    except ValueError:
+        raise EventNotFound() from None
+    async with transaction(request) as conn:
+        cancelled = await service.cancel_event(
+            conn, caller.tenant_id, public_id, actor=SERVER_CANCEL_ACTOR
+        )
+    return EventCancelled(**cancelled)

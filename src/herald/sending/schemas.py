@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -33,3 +34,10 @@ class EventStatus(_Model):
     state: str
     recipient_count: int | None
     deliveries: dict[str, int]
+
+
+class EventCancelled(_Model):
+    id: uuid.UUID
+    kind: str
+    state: str
+    cancelled_at: datetime

@@ -27,6 +27,8 @@ from herald.audience import service as audience
 from herald.errors import (
     ActionUrlForbidden,
     ChannelUnknown,
+    EventAlreadyCancelled,
+    EventFanoutStarted,
     EventNotFound,
     HeraldError,
     SecretInVariables,
@@ -315,3 +317,31 @@ async def get_event(conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID)
         "recipient_count": row["recipient_count"],
         "deliveries": row["deliveries"],
     }
+
+
+async def cancel_event(
+    conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID, *, actor: str
+) -> dict[str, Any]:
+    """Cancel an event the fan-out has not started (R-ADMIN-4, R-ADMIN-15, R-ADMIN-16).
+
+    One compare-and-set UPDATE decides; it is never a read followed by a write, so a cancel cannot
+    "succeed" after the fan-out committed its claim. When it matches nothing, the event is re-read
+    to say precisely why: absent (404), already cancelled, or the fan-out won (409 each, with its
+    own code). `actor` is recorded as `cancelled_by`.
+    """
+    row = await queries.cancel_event(conn, tenant_id, public_id, actor)
+    if row is not None:
+        return {
+            "id": row["public_id"],
+            "kind": row["kind"],
+            "state": "cancelled",
+            "cancelled_at": row["cancelled_at"],
+        }
+    current = await queries.cancel_refusal_state(conn, tenant_id, public_id)
+    if current is None:
+        raise EventNotFound()
+    if current["cancelled_at"] is not None:
+        raise EventAlreadyCancelled()
+    # Claimed, completed, or released mid-way with pages already written: in every case some
+    # recipients may already have been told, so the cancel did not happen.
+    raise EventFanoutStarted()

@@ -1,7 +1,42 @@
-"""HTTP routes of the admin.dead_letters stage (to be filled in)."""
+"""The admin dead-letter screen: GET /v1/admin/dead-letters and
+POST /v1/admin/dead-letters/{id}/replay.
+
+Operators only. The permission checks (NotificationFailure_READ / _UPDATE) are in the service:
+an empty page for the list, 404 for ids.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-router = APIRouter()
+from fastapi import APIRouter, Query, Request
+
+from herald.admin.dead_letters import service
+from herald.admin.dead_letters.schemas import DeadLetterPage, ReplayResult
+from herald.admin.history import service as history
+from herald.api.deps import OperatorDep, transaction
+
+router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
+
+
+@router.get("", response_model=DeadLetterPage)
+async def list_dead_letters(
+    request: Request,
+    operator: OperatorDep,
+    channel: str | None = None,
+    limit: str | None = None,
+    cursor: str | None = None,
+    pagination: Annotated[str | None, Query(include_in_schema=False)] = None,
+) -> DeadLetterPage:
+    page = history.parse_page(limit=limit, cursor=cursor, pagination=pagination)
+    channel = service.parse_channel(channel)
+    async with transaction(request) as conn:
+        return await service.list_dead_letters(conn, operator, page, channel=channel)
+
+
+@router.post("/{dead_letter_id}/replay", response_model=ReplayResult, status_code=201)
+async def replay_dead_letter(
+    request: Request, operator: OperatorDep, dead_letter_id: str
+) -> ReplayResult:
+    async with transaction(request) as conn:
+        return await service.replay_dead_letter(conn, operator, dead_letter_id)
