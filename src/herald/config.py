@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from herald import vocabulary
@@ -77,6 +78,25 @@ class Settings(BaseSettings):
     telegram_base_url: str = "https://api.telegram.org"
     telegram_rate_per_second: float = Field(default=25.0, gt=0, le=30)
 
+    # Retention (R-RETENTION-*): events, recipients and deliveries by `occurred_at`, invalidated
+    # push tokens by `invalidated_at`, operations-feed rows by `occurred_at`. The events' window
+    # must outlast the backfill window (R-OPS-6, checked below).
+    retention_days: int = Field(default=180, ge=1, le=3650)
+    push_token_retention_days: int = Field(default=30, ge=1, le=3650)
+    feed_retention_days: int = Field(default=90, ge=1, le=3650)
+    # Rows one retention statement deletes at most (R-RETENTION-5, R-RETENTION-6).
+    retention_batch_size: int = Field(default=1000, ge=10, le=10_000)
+
+    # SMS credit check (R-CREDIT-*): warn below this many credits, once per local day.
+    sms_credit_threshold: int = Field(default=500, ge=0, le=100_000_000)
+    credit_check_timezone: str = "Asia/Kathmandu"
+    # The tenant whose operations feed carries deployment-wide warnings (the SMS credit is one
+    # account for every tenant).
+    ops_tenant: str = Field(default="system", min_length=1, max_length=200)
+
+    # Operational email (R-OPMAIL-*, R-PLAT-9): its own retry budget, not the deliveries'.
+    operational_email_max_attempts: int = Field(default=5, ge=1, le=100)
+
     @field_validator("required_channels")
     @classmethod
     def _known_channels(cls, value: str) -> str:
@@ -84,6 +104,29 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown channel(s) in HERALD_REQUIRED_CHANNELS: {unknown}")
         return value
+
+    @field_validator("credit_check_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise ValueError(f"HERALD_CREDIT_CHECK_TIMEZONE: unknown time zone {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _retention_outlasts_backfill(self) -> Settings:
+        # R-OPS-6: backfill re-drives skipped_unconfigured deliveries younger than
+        # backfill_max_age_hours; retention deletes events older than retention_days. A
+        # retention window that is not longer than the backfill window would delete the backlog
+        # backfill exists to send, silently, so that pair refuses to start.
+        if self.retention_days * 24 <= self.backfill_max_age_hours:
+            raise ValueError(
+                f"HERALD_RETENTION_DAYS ({self.retention_days} days) must be longer than "
+                f"HERALD_BACKFILL_MAX_AGE_HOURS ({self.backfill_max_age_hours} hours), or retention "
+                "deletes deliveries backfill would still send"
+            )
+        return self
 
     @property
     def required_channel_set(self) -> frozenset[str]:

@@ -648,3 +648,39 @@ async def test_outcome_counters_never_null(
     assert failed["next_attempt_at"] - datetime.now(UTC) <= timedelta(
         seconds=settings.retry_max_seconds + 5
     )
+
+
+async def test_erasure_during_a_send_is_not_undone(
+    engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
+) -> None:
+    """R-ERASE-2, R-SCHEMA-30: a person erased while their delivery is in flight keeps no destination
+    hint or rendered content, even though the send's outcome is recorded afterwards."""
+    from herald.delivery import queries as dq
+    from herald.delivery import recorder
+    from herald.delivery.send import Prepared
+    from herald.rendering.render import Rendered
+
+    row = await email_delivery(engine, tenant)
+    async with engine.begin() as conn:
+        [context] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
+    async with engine.begin() as conn:  # erased mid-send: the person goes, the snapshot stays
+        await conn.execute(
+            s.person.delete().where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
+        )
+    prepared = Prepared(
+        context,
+        destination_hint="p●●●@example.com",
+        rendered=Rendered(title="Sports day moved", body="Dear Parent <One>, …"),
+        persist=True,
+    )
+    written = await recorder.record(
+        engine, [recorder.Result(prepared, ProviderOutcome.sent("m-1"))], delivery_settings
+    )
+    assert written == {row["id"]}
+    [after] = await delivery_rows(engine, tenant)
+    assert after["status"] == "sent"
+    assert (after["destination_hint"], after["rendered_title"], after["rendered_body"]) == (
+        None,
+        None,
+        None,
+    )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +16,7 @@ from herald.config import Settings
 from herald.db import health
 from herald.errors import HeraldError
 from herald.kinds import Registry
+from herald.realtime.hub import RealtimeHub, build_hub
 from herald.secrets.vault import Vault, build_vault
 
 log = logging.getLogger(__name__)
@@ -24,14 +27,31 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 
 
 def create_app(
-    settings: Settings, engine: AsyncEngine, registry: Registry, *, vault: Vault | None = None
+    settings: Settings,
+    engine: AsyncEngine,
+    registry: Registry,
+    *,
+    vault: Vault | None = None,
+    realtime: RealtimeHub | None = None,
 ) -> FastAPI:
-    app = FastAPI(title="Herald", version="0.1.0", docs_url="/docs")
+    hub = realtime if realtime is not None else build_hub(settings, engine)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # One realtime listener per API process, shared by all its open streams.
+        hub.start()
+        try:
+            yield
+        finally:
+            await hub.aclose()
+
+    app = FastAPI(title="Herald", version="0.1.0", docs_url="/docs", lifespan=lifespan)
     app.state.herald = AppState(
         settings=settings,
         engine=engine,
         registry=registry,
         vault=vault if vault is not None else build_vault(settings, engine),
+        realtime=hub,
     )
 
     @app.exception_handler(HeraldError)
@@ -70,6 +90,7 @@ def _routers() -> list[APIRouter]:
     from herald.devices import routes as devices
     from herald.directory import routes as directory
     from herald.feed import routes as feed
+    from herald.observability import routes as observability
     from herald.preferences import routes as preferences
     from herald.realtime import routes as realtime
     from herald.secrets import routes as secrets
@@ -81,6 +102,7 @@ def _routers() -> list[APIRouter]:
         secrets.router,
         centre.router,
         realtime.router,
+        observability.router,
         preferences.router,
         devices.router,
         feed.router,

@@ -246,6 +246,8 @@ notification_event = Table(
     ),
     Index("notification_event_occurred_at_idx", "occurred_at"),
     Index("notification_event_tenant_kind_idx", "tenant_id", "kind", "occurred_at"),
+    # The admin history list pages by (occurred_at DESC, id DESC) within a tenant.
+    Index("notification_event_history_idx", "tenant_id", text("occurred_at DESC"), text("id DESC")),
     # What the fan-out poller scans: unclaimed, not complete, not cancelled (R-PLAT-3).
     Index(
         "notification_event_fanout_due_idx",
@@ -609,6 +611,12 @@ dead_letter = Table(
     ),
     CheckConstraint("(replayed_at IS NULL) = (replayed_by IS NULL)", name="replay_pair"),
     Index("dead_letter_queue_failed_idx", "tenant_id", "queue_name", text("failed_at DESC")),
+    # Retention asks "is this delivery awaiting replay?" for every aged delivery (R-RETENTION-4).
+    Index(
+        "dead_letter_unreplayed_delivery_idx",
+        text("(payload_ref ->> 'notificationDeliveryPublicId')"),
+        postgresql_where=text("replayed_at IS NULL"),
+    ),
 )
 
 # ---------------------------------------------------------------------------------------------

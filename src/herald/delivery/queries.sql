@@ -72,13 +72,16 @@ WITH u AS (
                                   ELSE now() + make_interval(secs => u.delay) END,
            last_error = u.error,
            provider_message_id = coalesce(u.message_id, d.provider_message_id),
-           destination_hint = coalesce(u.hint, d.destination_hint),
-           rendered_title = coalesce(u.title, d.rendered_title),
-           rendered_body = coalesce(u.body, d.rendered_body),
+           -- A person erased while this send was in flight keeps no hint or content (R-ERASE-*):
+           -- erasure nulled them, and this late write must not put them back.
+           destination_hint = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.hint, d.destination_hint) END,
+           rendered_title = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.title, d.rendered_title) END,
+           rendered_body = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.body, d.rendered_body) END,
            rendered_hash = coalesce(u.hash, d.rendered_hash),
            template_version = coalesce(u.template_version, d.template_version)
-      FROM u
-     WHERE d.id = u.id AND d.status = 'processing' AND d.claimed_at = u.claimed_at
+      FROM u, notification_recipient r
+     WHERE d.id = u.id AND r.id = d.recipient_id
+       AND d.status = 'processing' AND d.claimed_at = u.claimed_at
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar
 
-from sqlalchemy import Boolean, exc, func, literal_column, select, update
+from sqlalchemy import Boolean, delete, exc, func, literal_column, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import Label
@@ -346,3 +346,62 @@ async def soft_delete_guardianship(
         )
     ).first()
     return row is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Erasure (R-ERASE-1..3): one transaction, the caller's.
+
+
+@dataclass(frozen=True)
+class ErasablePerson:
+    id: int
+    public_id: uuid.UUID
+
+
+async def lock_person_for_erasure(
+    conn: AsyncConnection, tenant_id: str, external_id: str
+) -> ErasablePerson | None:
+    """The person (live or soft-deleted), locked until the erasure commits; None when absent."""
+    row = (
+        await conn.execute(
+            select(s.person.c.id, s.person.c.public_id)
+            .where(s.person.c.tenant_id == tenant_id, s.person.c.external_id == external_id)
+            .with_for_update()
+        )
+    ).first()
+    return None if row is None else ErasablePerson(id=row.id, public_id=row.public_id)
+
+
+async def scrub_deliveries_of_person(conn: AsyncConnection, person_id: int) -> int:
+    """Null the masked address and the stored rendering on every delivery beneath the person's
+    recipient rows (R-ERASE-2); returns how many deliveries that covered."""
+    d, r = s.notification_delivery, s.notification_recipient
+    result = await conn.execute(
+        update(d)
+        .where(
+            d.c.recipient_id == r.c.id,
+            r.c.user_id == person_id,
+        )
+        .values(destination_hint=None, rendered_title=None, rendered_body=None)
+    )
+    return int(result.rowcount)
+
+
+async def orphan_recipients_of_person(conn: AsyncConnection, person_id: int) -> int:
+    """Detach the person's recipient rows, keeping them and their uuid snapshot (R-ERASE-1), and
+    empty their per-recipient variables (the fan-out copies the person's name there, R-ERASE-3).
+    user_id is nulled here rather than left to the foreign key's SET NULL, so the person's delete
+    that follows finds nothing left to update."""
+    r = s.notification_recipient
+    result = await conn.execute(
+        update(r)
+        .where(r.c.user_id == person_id)
+        .values(user_id=None, variables=literal_column("'{}'::jsonb"))
+    )
+    return int(result.rowcount)
+
+
+async def hard_delete_person(conn: AsyncConnection, person_id: int) -> None:
+    """The person row itself; role grants, memberships, guardianships, preferences, push tokens
+    and feed read receipts go with it by their foreign keys' cascade."""
+    await conn.execute(delete(s.person).where(s.person.c.id == person_id))

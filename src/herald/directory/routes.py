@@ -18,6 +18,7 @@ from herald.directory.schemas import (
     MembershipPut,
     PeopleBatch,
     PeopleBatchResult,
+    PersonErased,
     PersonInput,
     PersonUpserted,
     RoleInput,
@@ -72,6 +73,21 @@ async def delete_person(
     """Soft-delete a person; 404 PERSON_NOT_FOUND when the tenant has none."""
     async with transaction(request) as conn:
         await service.delete_person(conn, caller.tenant_id, external_id)
+
+
+@router.post("/people/{externalId}/erase", response_model=PersonErased)
+async def erase_person(
+    external_id: ExternalIdPath, request: Request, caller: DirectoryWriter
+) -> PersonErased:
+    """Hard-delete a person on a genuine erasure request: their notification records stay with an
+    orphaned id and no personal data; 404 PERSON_NOT_FOUND when the tenant has none."""
+    async with transaction(request) as conn:
+        erased = await service.erase_person(conn, caller.tenant_id, external_id)
+    return PersonErased(
+        id=erased.id,
+        recipients_kept=erased.recipients_kept,
+        deliveries_scrubbed=erased.deliveries_scrubbed,
+    )
 
 
 @router.post("/people:batch", response_model=PeopleBatchResult)

@@ -177,6 +177,15 @@ class PersonUpserted(_Model):
     created: bool
 
 
+class PersonErased(_Model):
+    """The answer to an erasure: the person's public id (the orphaned snapshot the kept recipient
+    rows carry) and what was kept and scrubbed."""
+
+    id: uuid.UUID
+    recipients_kept: int
+    deliveries_scrubbed: int
+
+
 class PeopleBatchResult(_Model):
     created: int
     updated: int

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.audit import service as audit
+from herald.auth.service import Operator
 from herald.directory import queries
 from herald.directory.schemas import (
     MAX_BATCH,
@@ -58,6 +60,7 @@ from herald.errors import (
 
 __all__ = [
     "BatchResult",
+    "Erasure",
     "GroupInput",
     "PersonBatchItem",
     "PersonInput",
@@ -67,6 +70,7 @@ __all__ = [
     "delete_guardianship",
     "delete_membership",
     "delete_person",
+    "erase_person",
     "put_guardianship",
     "put_membership",
     "upsert_group",
@@ -184,6 +188,65 @@ async def delete_person(conn: AsyncConnection, tenant_id: str, external_id: str)
     """Soft-delete a person (idempotent); raises PersonNotFound when the tenant has none."""
     if not await queries.soft_delete_person(conn, tenant_id, external_id):
         raise PersonNotFound(f"no person {external_id!r}")
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What an erasure left: the person's public id (now the orphaned snapshot on the kept
+    recipient rows), how many recipient rows were kept and how many deliveries were scrubbed."""
+
+    id: uuid.UUID
+    recipients_kept: int
+    deliveries_scrubbed: int
+
+
+async def erase_person(
+    conn: AsyncConnection,
+    tenant_id: str,
+    external_id: str,
+    *,
+    operator: Operator | None = None,
+) -> Erasure:
+    """Hard-delete a person on a genuine erasure request (R-ERASE-1..3), in the caller's
+    transaction, live or soft-deleted alike; raises PersonNotFound when the tenant has none.
+
+    Their notification_recipient rows stay, with user_id NULL and user_public_id_snapshot intact,
+    so the record that a (security) notice was sent survives (R-ERASE-1); in the same transaction
+    every delivery beneath them loses its destination_hint, rendered_title and rendered_body, and
+    the recipient rows lose their per-recipient variables (the person's name), so only the kind,
+    the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Role grants, memberships,
+    guardianships, preferences, push tokens and feed read receipts go with the person.
+
+    Audited as `erase` on the person's public id, with counts only (nothing personal); an API key
+    caller is recorded as `api_key` unless `operator` says who acted.
+    """
+    _key(external_id, "externalId")
+    person = await queries.lock_person_for_erasure(conn, tenant_id, external_id)
+    if person is None:
+        raise PersonNotFound(f"no person {external_id!r}")
+    scrubbed = await queries.scrub_deliveries_of_person(conn, person.id)
+    kept = await queries.orphan_recipients_of_person(conn, person.id)
+    await queries.hard_delete_person(conn, person.id)
+    await audit.record_audit(
+        conn,
+        operator or _api_key_operator(tenant_id),
+        "erase",
+        "person",
+        str(person.public_id),
+        {"recipientsKept": kept, "deliveriesScrubbed": scrubbed},
+    )
+    return Erasure(id=person.public_id, recipients_kept=kept, deliveries_scrubbed=scrubbed)
+
+
+def _api_key_operator(tenant_id: str) -> Operator:
+    return Operator(
+        tenant_id=tenant_id,
+        actor_kind="api_key",
+        actor_id="api_key",
+        person_id=None,
+        permissions=frozenset(),
+        superadmin=True,
+    )
 
 
 async def _live_person(conn: AsyncConnection, tenant_id: str, external_id: str) -> int:

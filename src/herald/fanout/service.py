@@ -41,6 +41,8 @@ class InAppNotice:
     category: str
     priority: str
     occurred_at: datetime
+    # The recipient's role scope, so a live stream applies the centre's role predicate.
+    audience_role_id: int | None = None
 
 
 @dataclass
@@ -198,6 +200,7 @@ def _plan_delivery(
                 category=event.category,
                 priority=event.priority,
                 occurred_at=event.occurred_at,
+                audience_role_id=member.role_id,
             )
         )
         return

@@ -7,19 +7,45 @@
    every due event itself, R-PLAT-3, so this sweep is the NOTIFY nudge only).
 Each sweep is bounded, changes every row it handles so it leaves the candidate set, and keeps no
 watermark (R-REAPER-6). Each catches its own failure so the others still run (R-OPS-5).
+
+Then the housekeeping, each step guarded the same way:
+5. the SMS credit check, once a day across all workers (herald.maintenance.credit);
+6. operational email to the support mailbox through the email channel's provider
+   (herald.maintenance.opmail);
+7. retention: the write-time tables bottom-up, then, independently and on every tick, invalidated
+   push tokens, the operations feed and finished operational emails (herald.maintenance.retention,
+   R-RETENTION-9).
+Steps 5 and 6 need the worker's providers (`providers=`, its "sms" and "email" entries); a caller
+without them skips the step.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald.channels.base import Provider
 from herald.config import Settings
 from herald.delivery import service as delivery
 from herald.fanout import service as fanout
+from herald.maintenance import credit, opmail, retention
+from herald.maintenance.credit import CreditReading
+from herald.maintenance.opmail import (
+    OPERATIONAL_EVENT_TYPES,
+    SendReport,
+    enqueue_operational_email,
+)
+from herald.maintenance.retention import RetentionReport
+
+__all__ = [
+    "OPERATIONAL_EVENT_TYPES",
+    "TickReport",
+    "enqueue_operational_email",
+    "run_tick",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +59,18 @@ class TickReport:
     requeued: int = 0
     released_fanouts: int = 0
     backfilled: int = 0
+    credit: CreditReading | None = None
+    operational_email: SendReport | None = None
+    retention: RetentionReport = field(default_factory=RetentionReport)
     failures: list[str] = field(default_factory=list)
 
 
 async def run_tick(
-    engine: AsyncEngine, settings: Settings, *, backfill_channels: Sequence[str]
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    backfill_channels: Sequence[str],
+    providers: Mapping[str, Provider] | None = None,
 ) -> TickReport:
     report = TickReport()
 
@@ -45,6 +78,14 @@ async def run_tick(
         try:
             async with engine.begin() as conn:
                 await body(conn)
+        except Exception:
+            report.failures.append(name)
+            log.exception("maintenance sweep %s failed; the other sweeps still run", name)
+
+    async def step(name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """A sweep that manages its own transactions (one per statement or per send)."""
+        try:
+            await body()
         except Exception:
             report.failures.append(name)
             log.exception("maintenance sweep %s failed; the other sweeps still run", name)
@@ -76,12 +117,45 @@ async def run_tick(
             limit=SWEEP_LIMIT,
         )
 
+    async def credit_check() -> None:
+        assert providers is not None
+        report.credit = await credit.check_sms_credit(engine, settings, providers.get("sms"))
+
+    async def operational_email() -> None:
+        assert providers is not None
+        # R-OPMAIL-4: the email channel's own provider instance, not a second one.
+        report.operational_email = await opmail.send_due_operational_emails(
+            engine, settings, providers.get("email")
+        )
+
+    async def prune_events() -> None:
+        await retention.prune_events(engine, settings, report=report.retention)
+
+    async def prune_push_tokens() -> None:
+        await retention.prune_push_tokens(engine, settings, report=report.retention)
+
+    async def prune_feed() -> None:
+        await retention.prune_feed(engine, settings, report=report.retention)
+
+    async def prune_operational_emails() -> None:
+        await retention.prune_operational_emails(engine, settings, report=report.retention)
+
     await sweep("reclaim_expired_leases", reclaim)
     await sweep("requeue_due_failures", requeue)
     await sweep("release_stale_fanout_claims", release)
     await sweep("wake_due_events", wake)
     if backfill_channels:
         await sweep("backfill_unconfigured", backfill)
+    if providers is not None and "sms" in providers:
+        await step("sms_credit_check", credit_check)
+    if providers is not None and "email" in providers:
+        await step("operational_email", operational_email)
+    # Independent retentions, each run whatever the others found or raised (R-RETENTION-9).
+    await step("retention_events", prune_events)
+    await step("retention_push_tokens", prune_push_tokens)
+    await step("retention_feed", prune_feed)
+    await step("retention_operational_email", prune_operational_emails)
+    retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(
             "reaper reclaimed %d delivery lease(s), %d now dead",

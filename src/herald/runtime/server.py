@@ -62,6 +62,12 @@ async def serve_api(
     async def exit_on_stop() -> None:
         await stop.wait()
         server.should_exit = True
+        # Uvicorn waits for open responses before it shuts the app down, and a live SSE stream
+        # never ends by itself: end the streams (closing the realtime hub is idempotent) so a
+        # stop request is not held hostage by an open browser tab.
+        hub = getattr(getattr(getattr(app, "state", None), "herald", None), "realtime", None)
+        if hub is not None:
+            await hub.aclose()
 
     watcher = asyncio.create_task(exit_on_stop())
     try:

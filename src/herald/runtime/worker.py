@@ -30,6 +30,7 @@ from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, deliver_batch
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
+from herald.realtime.publisher import Publisher, build_publisher
 from herald.secrets.vault import Vault, build_vault
 from herald.sending.queries import FANOUT_CHANNEL
 
@@ -55,6 +56,10 @@ async def run_worker(
     providers = dict(providers) if providers is not None else build_providers(settings)
     check_providers(settings, providers)
     vault = vault if vault is not None else build_vault(settings, engine)
+    # Without a caller's publisher, publish realtime notices over Redis or NOTIFY (R-REALTIME-1).
+    own_publisher: Publisher | None = None
+    if publish is None:
+        publish = own_publisher = build_publisher(settings, engine)
     wakes = {FANOUT_CHANNEL: asyncio.Event(), DELIVERY_CHANNEL: asyncio.Event()}
     url = libpq_url(engine.url.render_as_string(hide_password=False))
 
@@ -124,6 +129,8 @@ async def run_worker(
         if own_providers:
             await close_providers(providers)
         await vault.aclose()
+        if own_publisher is not None:
+            await own_publisher.aclose()
         log.info("worker stopped")
 
 
@@ -153,7 +160,7 @@ async def _maintenance(
     backfill = configured_channels(providers)
     while not stop.is_set():
         try:
-            await run_tick(engine, settings, backfill_channels=backfill)
+            await run_tick(engine, settings, backfill_channels=backfill, providers=providers)
         except Exception:
             log.exception("maintenance tick failed")
         await _sleep_until(None, stop, interval)

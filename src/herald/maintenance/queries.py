@@ -1,0 +1,166 @@
+"""SQL of the maintenance stage: retention, the once-a-day compare-and-set, operational email.
+
+The long statements live in queries.sql, each with what it guarantees; this module binds their
+parameters and shapes their answers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald import vocabulary
+from herald.db import schema as s
+from herald.db import sqlfile
+
+SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
+
+# The canonical text form of a uuid, any letter case: only these references are cast to uuid.
+UUID_PATTERN: Final = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+# The dead-letter identity of an operational email (outside the channel replay allowlist, R-DLQ-8).
+OPERATIONAL_QUEUE: Final = "notification.operational"
+OPERATIONAL_JOB: Final = "operational_email"
+
+
+# -- retention -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletedDeliveries:
+    deliveries: int
+    attempts: int
+
+
+async def delete_aged_deliveries(
+    conn: AsyncConnection, *, days: int, limit: int
+) -> DeletedDeliveries:
+    row = (
+        await conn.execute(
+            SQL["delete_aged_deliveries"],
+            {
+                "days": days,
+                "limit": limit,
+                "in_flight": list(vocabulary.IN_FLIGHT_STATUSES),
+                "uuid_pattern": UUID_PATTERN,
+            },
+        )
+    ).one()
+    return DeletedDeliveries(deliveries=int(row.deliveries), attempts=int(row.attempts))
+
+
+async def delete_aged_recipients(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(SQL["delete_aged_recipients"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
+async def delete_aged_events(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(SQL["delete_aged_events"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
+async def delete_invalidated_push_tokens(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(
+        SQL["delete_invalidated_push_tokens"], {"days": days, "limit": limit}
+    )
+    return int(result.rowcount)
+
+
+async def delete_aged_feed_notifications(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(
+        SQL["delete_aged_feed_notifications"], {"days": days, "limit": limit}
+    )
+    return int(result.rowcount)
+
+
+async def delete_finished_operational_emails(
+    conn: AsyncConnection, *, days: int, limit: int
+) -> int:
+    result = await conn.execute(
+        SQL["delete_finished_operational_emails"], {"days": days, "limit": limit}
+    )
+    return int(result.rowcount)
+
+
+# -- once per period -------------------------------------------------------------------------
+
+
+async def claim_period(conn: AsyncConnection, task: str, period_key: str) -> bool:
+    """True for exactly one caller per (task, newer period key), across every worker."""
+    row = (
+        await conn.execute(SQL["claim_period"], {"task": task, "period_key": period_key})
+    ).first()
+    return row is not None
+
+
+# -- operational email -----------------------------------------------------------------------
+
+
+async def insert_operational_email(conn: AsyncConnection, values: dict[str, Any]) -> uuid.UUID:
+    public_id: uuid.UUID = (
+        await conn.execute(
+            insert(s.operational_email).values(**values).returning(s.operational_email.c.public_id)
+        )
+    ).scalar_one()
+    return public_id
+
+
+async def claim_due_operational_emails(
+    conn: AsyncConnection, *, limit: int, lease_seconds: int, tenant_id: str | None = None
+) -> list[dict[str, Any]]:
+    result = await conn.execute(
+        SQL["claim_due_operational_emails"],
+        {"limit": limit, "lease_seconds": lease_seconds, "tenant_id": tenant_id},
+    )
+    return [dict(row._mapping) for row in result]
+
+
+async def finish_operational_email(
+    conn: AsyncConnection,
+    *,
+    id: int,
+    claimed_at: datetime,
+    status: str,
+    attempt_inc: int,
+    delay: int | None,
+    error: str | None,
+) -> str | None:
+    """Write the outcome; the status written, or None when the claim was lost meanwhile."""
+    row = (
+        await conn.execute(
+            SQL["finish_operational_email"],
+            {
+                "id": id,
+                "claimed_at": claimed_at,
+                "status": status,
+                "attempt_inc": attempt_inc,
+                "delay": delay,
+                "error": error,
+                "queue_name": OPERATIONAL_QUEUE,
+                "job_name": OPERATIONAL_JOB,
+            },
+        )
+    ).first()
+    return None if row is None else str(row.status)
+
+
+async def reclaim_operational_email_leases(
+    conn: AsyncConnection, *, max_attempts: int, limit: int
+) -> list[str]:
+    """Statuses of the rows reclaimed (queued again, or dead)."""
+    result = await conn.execute(
+        SQL["reclaim_operational_email_leases"],
+        {
+            "max_attempts": max_attempts,
+            "limit": limit,
+            "queue_name": OPERATIONAL_QUEUE,
+            "job_name": OPERATIONAL_JOB,
+        },
+    )
+    return [str(row.status) for row in result]

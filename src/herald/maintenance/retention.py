@@ -1,0 +1,247 @@
+"""Retention: delete what has aged out, bottom-up, in short bounded statements (R-RETENTION-*).
+
+Write-time tables: deliveries (with their attempt rows), then recipients, then events, each level
+its own statement of at most `retention_batch_size` rows whose bound is a subquery
+(R-RETENTION-5, R-RETENTION-6), each in its own short transaction, so no statement holds a long
+lock on the tables the fan-out writes and the centre reads. Nothing relies on a cascade from the
+event: recipients and deliveries reference it with RESTRICT. An event is kept whole while any of
+its deliveries is queued, processing or failed (R-RETENTION-3) or is named by an unreplayed dead
+letter (R-RETENTION-4), and is deleted only once its children are gone (R-RETENTION-7). Age is
+`occurred_at` (R-RETENTION-8).
+
+Independent retentions, run on every tick whether or not an event aged out (R-RETENTION-9):
+invalidated push tokens (R-RETENTION-10), operations-feed rows with their read receipts
+(R-RETENTION-11; the only code that deletes feed rows, R-RETENTION-2), and finished operational
+emails. Dead letters are never deleted by age (R-DLQ-18).
+
+A tick runs at most `max_batches` statements per level, so one tick's work is bounded too; what
+is left is taken by the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from herald.config import Settings
+from herald.maintenance import queries
+
+log = logging.getLogger(__name__)
+
+# Statements per level per tick: 50 × 1,000 rows = 50,000 deliveries a tick at most.
+MAX_BATCHES_PER_TICK = 50
+
+# Called after every statement with (level, rows deleted, seconds): the bench times each one.
+StatementHook = Callable[[str, int, float], None]
+
+
+@dataclass
+class RetentionReport:
+    deliveries: int = 0
+    attempts: int = 0
+    recipients: int = 0
+    events: int = 0
+    push_tokens: int = 0
+    feed_notifications: int = 0
+    operational_emails: int = 0
+    statements: int = 0
+    slowest_statement_seconds: float = 0.0
+    durations: dict[str, list[float]] = field(default_factory=dict)
+
+    def record(self, level: str, seconds: float) -> None:
+        self.statements += 1
+        self.slowest_statement_seconds = max(self.slowest_statement_seconds, seconds)
+        self.durations.setdefault(level, []).append(seconds)
+
+    @property
+    def deleted(self) -> int:
+        return (
+            self.deliveries
+            + self.recipients
+            + self.events
+            + self.push_tokens
+            + self.feed_notifications
+            + self.operational_emails
+        )
+
+
+class _Runner:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        report: RetentionReport,
+        max_batches: int | None,
+        on_statement: StatementHook | None,
+    ) -> None:
+        self.engine = engine
+        self.limit = settings.retention_batch_size
+        self.report = report
+        self.max_batches = max_batches
+        self.on_statement = on_statement
+
+    async def once(self, name: str, statement: Callable[[AsyncConnection], Awaitable[int]]) -> int:
+        """One statement in its own transaction; returns the rows it deleted."""
+        started = time.perf_counter()
+        async with self.engine.begin() as conn:
+            deleted = await statement(conn)
+        seconds = time.perf_counter() - started
+        self.report.record(name, seconds)
+        if self.on_statement is not None:
+            self.on_statement(name, deleted, seconds)
+        return deleted
+
+    async def level(self, name: str, statement: Callable[[AsyncConnection], Awaitable[int]]) -> int:
+        """Repeat one level's statement until it finds less than a full batch (or the per-tick
+        cap is reached). Returns the rows deleted."""
+        total = 0
+        batches = 0
+        while self.max_batches is None or batches < self.max_batches:
+            deleted = await self.once(name, statement)
+            batches += 1
+            total += deleted
+            if deleted < self.limit:
+                break
+        return total
+
+
+async def prune_events(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """The write-time tables, bottom-up: deliveries, recipients, events, in rounds of one
+    bounded statement per level (at most `max_batches` rounds)."""
+    report = report if report is not None else RetentionReport()
+    runner = _Runner(engine, settings, report, max_batches, on_statement)
+    days, limit = settings.retention_days, settings.retention_batch_size
+
+    async def deliveries(conn: AsyncConnection) -> int:
+        deleted = await queries.delete_aged_deliveries(conn, days=days, limit=limit)
+        report.attempts += deleted.attempts
+        return deleted.deliveries
+
+    async def recipients(conn: AsyncConnection) -> int:
+        return await queries.delete_aged_recipients(conn, days=days, limit=limit)
+
+    async def events(conn: AsyncConnection) -> int:
+        return await queries.delete_aged_events(conn, days=days, limit=limit)
+
+    # Rounds of one statement per level, in bottom-up order: what a round's delivery statement
+    # emptied, the same round's recipient and event statements take, so the oldest end of the
+    # occurred_at index stays clear and no statement walks a growing run of emptied events.
+    rounds = 0
+    while max_batches is None or rounds < max_batches:
+        rounds += 1
+        gone = await runner.once("deliveries", deliveries)
+        report.deliveries += gone
+        orphaned = await runner.once("recipients", recipients)
+        report.recipients += orphaned
+        emptied = await runner.once("events", events)
+        report.events += emptied
+        if max(gone, orphaned, emptied) < limit:
+            break
+    return report
+
+
+async def prune_push_tokens(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Push tokens invalidated more than push_token_retention_days ago (R-RETENTION-10)."""
+    report = report if report is not None else RetentionReport()
+    runner = _Runner(engine, settings, report, max_batches, on_statement)
+    days, limit = settings.push_token_retention_days, settings.retention_batch_size
+
+    async def tokens(conn: AsyncConnection) -> int:
+        return await queries.delete_invalidated_push_tokens(conn, days=days, limit=limit)
+
+    report.push_tokens += await runner.level("push_tokens", tokens)
+    return report
+
+
+async def prune_feed(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Operations-feed rows older than feed_retention_days, receipts by cascade (R-RETENTION-11)."""
+    report = report if report is not None else RetentionReport()
+    runner = _Runner(engine, settings, report, max_batches, on_statement)
+    days, limit = settings.feed_retention_days, settings.retention_batch_size
+
+    async def feed(conn: AsyncConnection) -> int:
+        return await queries.delete_aged_feed_notifications(conn, days=days, limit=limit)
+
+    report.feed_notifications += await runner.level("feed_notifications", feed)
+    return report
+
+
+async def prune_operational_emails(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Sent or skipped operational emails older than retention_days; dead ones stay."""
+    report = report if report is not None else RetentionReport()
+    runner = _Runner(engine, settings, report, max_batches, on_statement)
+    days, limit = settings.retention_days, settings.retention_batch_size
+
+    async def emails(conn: AsyncConnection) -> int:
+        return await queries.delete_finished_operational_emails(conn, days=days, limit=limit)
+
+    report.operational_emails += await runner.level("operational_emails", emails)
+    return report
+
+
+async def run_retention(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Every retention in turn (`max_batches=None`: until nothing aged is left). The independent
+    retentions run whatever the event levels found (R-RETENTION-9); a caller that needs each one
+    to survive another's failure (the tick) calls them separately."""
+    report = RetentionReport()
+    for prune in (prune_events, prune_push_tokens, prune_feed, prune_operational_emails):
+        await prune(
+            engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
+        )
+    return report
+
+
+def log_report(report: RetentionReport) -> None:
+    if report.deleted:
+        log.info(
+            "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
+            "%d push tokens, %d feed rows, %d operational emails in %d statements "
+            "(slowest %.3f s)",
+            report.deliveries,
+            report.attempts,
+            report.recipients,
+            report.events,
+            report.push_tokens,
+            report.feed_notifications,
+            report.operational_emails,
+            report.statements,
+            report.slowest_statement_seconds,
+        )

@@ -1,0 +1,69 @@
+"""SQL behind /metrics: small counts that the partial indexes answer without scanning history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.db import schema as s
+
+
+async def open_deliveries(conn: AsyncConnection) -> list[tuple[str, str, int]]:
+    """(channel, status, count) of deliveries still in flight."""
+    d = s.notification_delivery
+    rows = await conn.execute(
+        select(d.c.channel, d.c.status, func.count())
+        .where(d.c.status.in_(("queued", "processing", "failed")))
+        .group_by(d.c.channel, d.c.status)
+    )
+    return [(channel, status, int(n)) for channel, status, n in rows]
+
+
+async def unconfigured_deliveries(conn: AsyncConnection) -> list[tuple[str, int]]:
+    d = s.notification_delivery
+    rows = await conn.execute(
+        select(d.c.channel, func.count())
+        .where(d.c.status == "skipped_unconfigured")
+        .group_by(d.c.channel)
+    )
+    return [(channel, int(n)) for channel, n in rows]
+
+
+async def unreplayed_dead_letters(conn: AsyncConnection) -> list[tuple[str, int]]:
+    dl = s.dead_letter
+    rows = await conn.execute(
+        select(dl.c.queue_name, func.count())
+        .where(dl.c.replayed_at.is_(None))
+        .group_by(dl.c.queue_name)
+    )
+    return [(queue, int(n)) for queue, n in rows]
+
+
+async def fanout_backlog(conn: AsyncConnection) -> dict[str, Any]:
+    e = s.notification_event
+    due = (
+        await conn.execute(
+            select(func.count(), func.min(func.coalesce(e.c.scheduled_for, e.c.created_at))).where(
+                e.c.fanout_claimed_at.is_(None),
+                e.c.fanout_completed_at.is_(None),
+                e.c.cancelled_at.is_(None),
+                func.coalesce(e.c.scheduled_for, e.c.created_at) <= func.now(),
+            )
+        )
+    ).one()
+    running = (
+        await conn.execute(
+            select(func.count()).where(
+                e.c.fanout_claimed_at.is_not(None), e.c.fanout_completed_at.is_(None)
+            )
+        )
+    ).scalar_one()
+    now = (await conn.execute(select(func.now()))).scalar_one()
+    oldest = due[1]
+    return {
+        "due": int(due[0]),
+        "running": int(running),
+        "oldest_due_age_seconds": (now - oldest).total_seconds() if oldest is not None else 0.0,
+    }

@@ -1,0 +1,18 @@
+"""GET /metrics (Prometheus text format)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from herald.api.deps import transaction
+from herald.observability import service
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    async with transaction(request) as conn:
+        body = await service.render_metrics(conn)
+    return Response(content=body, media_type=CONTENT_TYPE_LATEST)
