@@ -13,8 +13,8 @@
 -- and a cast uuid matches regardless of letter case, so this keeps at least every delivery
 -- `payload_ref->>'notificationDeliveryPublicId' = public_id::text` names.
 -- SKIP LOCKED: retention never waits on a row somebody else holds; it is taken next time.
--- dead_letter is read in full each time (it has no index on the reference); an expression index
--- `((payload_ref ->> 'notificationDeliveryPublicId')) WHERE replayed_at IS NULL` would serve it.
+-- Only unreplayed dead letters are read, through dead_letter_unreplayed_delivery_idx (a partial
+-- index on the reference), so the cost follows the replay backlog, not the table's history.
 WITH dead_lettered AS MATERIALIZED (
     SELECT dl.payload_ref ->> 'notificationDeliveryPublicId' AS ref
       FROM dead_letter dl
@@ -35,7 +35,7 @@ WITH dead_lettered AS MATERIALIZED (
                         WHERE f.event_id = e.id
                           AND f.status = ANY(CAST(:in_flight AS text[])))
        AND e.id NOT IN (SELECT p.event_id FROM protected p)
-     ORDER BY e.occurred_at
+     ORDER BY e.occurred_at, d.id
      LIMIT :limit
        FOR UPDATE OF d SKIP LOCKED
 ), attempts AS (
