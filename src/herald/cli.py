@@ -229,6 +229,10 @@ def _announce_dev(info: DevInfo) -> None:
     out.print(
         f"  token      {info.token}   ({info.guardian}, role {info.guardian_role})", markup=False
     )
+    out.print(
+        f"  demo page  {info.demo_url}   (pick a person, watch their inbox live)", markup=False
+    )
+    out.print(f"  outbox     {info.outbox_url}   (what the mock providers sent)", markup=False)
     out.print()
     out.print("Send an announcement to the guardians of class 7A:")
     out.print(f"  {info.curl[0]}", markup=False)

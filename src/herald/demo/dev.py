@@ -128,6 +128,16 @@ class DevInfo:
     token: str
     curl: list[str]
 
+    @property
+    def demo_url(self) -> str:
+        """The demo page: pick a person, watch their inbox live (herald.demo.web)."""
+        return f"{self.base_url}/"
+
+    @property
+    def outbox_url(self) -> str:
+        """What the mock providers recorded instead of sending."""
+        return f"{self.base_url}/outbox"
+
 
 def display_url(host: str, port: int) -> str:
     if host in ("0.0.0.0", "", "::"):
@@ -147,20 +157,29 @@ async def run_dev(
     announce: Callable[[DevInfo], None],
 ) -> None:
     """Load the demo school, make sure of the dev key, then run the API and the worker together
-    until SIGINT/SIGTERM. The database must already be migrated."""
+    until SIGINT/SIGTERM. The database must already be migrated.
+
+    The providers are built once and shared (R-PROVIDER-3): the worker sends through them and the
+    demo router's outbox reads the mocks' recordings from the very same instances.
+    """
     from herald.api.app import create_app
+    from herald.channels.providers import build_providers, close_providers
     from herald.db.engine import make_async_engine
-    from herald.demo.loader import load_school
+    from herald.demo import web
+    from herald.demo.loader import load_reachability, load_school
     from herald.demo.school import DEMO_GUARDIAN, SCHOOL
     from herald.kinds import get_registry
+    from herald.realtime.hub import build_hub
     from herald.runtime import server
     from herald.runtime.worker import run_worker
 
     registry = get_registry()
     engine = make_async_engine(database_url, pool_size=settings.db_pool_size)
+    providers = build_providers(settings)
     try:
         async with engine.begin() as conn:
             await load_school(conn, SCHOOL)
+            await load_reachability(conn, settings, registry, SCHOOL)
             api_key = await ensure_dev_key(conn, SCHOOL.tenant_id, state)
         save_state(settings.data_dir, state)
 
@@ -181,27 +200,45 @@ async def run_dev(
             curl=curl_examples(base_url, api_key, token),
         )
 
+        hub = build_hub(settings, engine)
+        app = create_app(settings, engine, registry, realtime=hub)
+        # Dev only: `herald api` never mounts this router (see herald.demo.web).
+        app.include_router(
+            web.build_router(
+                settings,
+                school=SCHOOL,
+                api_key=api_key,
+                providers=providers,
+                default_identity=(DEMO_GUARDIAN, GUARDIAN_ROLE),
+                listen_host=host,
+            )
+        )
+
         stop, listening = asyncio.Event(), asyncio.Event()
 
         async def announce_when_listening() -> None:
             await listening.wait()
             announce(info)
 
+        async def end_streams_on_stop() -> None:
+            # Uvicorn waits for open connections before it shuts the app down, and a live
+            # stream (the demo page's) never ends by itself: end them all once asked to stop,
+            # or Ctrl-C would wait on the browser tab. Closing the hub is idempotent.
+            await stop.wait()
+            await hub.aclose()
+
         with server.stop_on_signals(stop):
             announcer = asyncio.create_task(announce_when_listening())
             try:
                 await server.run_roles(
                     stop,
-                    server.serve_api(
-                        create_app(settings, engine, registry),
-                        host=host,
-                        port=port,
-                        stop=stop,
-                        listening=listening,
-                    ),
-                    run_worker(settings, engine, registry, stop),
+                    server.serve_api(app, host=host, port=port, stop=stop, listening=listening),
+                    run_worker(settings, engine, registry, stop, providers=providers),
+                    end_streams_on_stop(),
                 )
             finally:
                 announcer.cancel()
     finally:
+        # The worker closes only providers it built itself; these are ours.
+        await close_providers(providers)
         await engine.dispose()

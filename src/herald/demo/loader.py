@@ -2,16 +2,29 @@
 
 Every call is an upsert, so loading twice leaves the same directory (and refreshes anything an
 experiment changed). The caller owns the transaction.
+
+`load_reachability` then does what the demo people's own apps would do — register a push device,
+switch on a preference — through the devices and preferences services, acting as each person
+with a token signed by the dev secret. It is idempotent too: a device already registered is only
+touched, and a person who has ever saved preferences keeps them (their choice wins over the seed).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.auth import service as auth
+from herald.config import Settings
 from herald.demo.school import School
+from herald.devices import service as devices
+from herald.devices.schemas import DeviceRegistration
 from herald.directory import service as directory
+from herald.kinds import Registry
+from herald.preferences import service as preferences
+from herald.preferences.schemas import PreferenceOverride, PreferencesUpdate
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,7 @@ async def load_school(conn: AsyncConnection, school: School) -> LoadSummary:
                 locale=person.locale,
                 timezone=person.timezone,
                 country=person.country,
+                telegram_chat_id=person.telegram_chat_id,
                 roles=list(person.roles),
             )
             for person in school.people
@@ -80,3 +94,44 @@ async def load_school(conn: AsyncConnection, school: School) -> LoadSummary:
         memberships=len(school.memberships),
         guardianships=len(school.guardianships),
     )
+
+
+async def load_reachability(
+    conn: AsyncConnection, settings: Settings, registry: Registry, school: School
+) -> None:
+    """Register the school's push devices and apply its preference opt-ins (see the module doc).
+
+    Needs the dev JWT secret in `settings`; run after `load_school` in the same transaction.
+    """
+    people = {d.person for d in school.devices} | {o.person for o in school.opt_ins}
+    for external_id in sorted(people):
+        token = auth.sign_token(
+            settings, tenant_id=school.tenant_id, subject=external_id, ttl=timedelta(minutes=1)
+        )
+        actor = await auth.authenticate_actor(conn, settings, token)
+        for device in school.devices:
+            if device.person == external_id:
+                await devices.register_device(
+                    conn,
+                    actor,
+                    DeviceRegistration(token=device.token, platform=device.platform),
+                    limit=settings.device_limit,
+                )
+        opt_ins = [o for o in school.opt_ins if o.person == external_id]
+        if not opt_ins:
+            continue
+        current = await preferences.read_preferences(conn, actor, registry)
+        if current.version != 0:
+            continue
+        await preferences.save_preferences(
+            conn,
+            actor,
+            registry,
+            PreferencesUpdate(
+                version=0,
+                overrides=[
+                    PreferenceOverride(category=o.category, channel=o.channel, enabled=True)
+                    for o in opt_ins
+                ],
+            ),
+        )

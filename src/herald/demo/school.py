@@ -3,6 +3,10 @@
 Three classes of six students, their guardians (some guard two children, one is also a teacher),
 three class teachers and a principal. Everything here is fictional; addresses are on
 example.com and the phone numbers follow the Nepali mobile format (+97798…).
+
+One guardian, the demo guardian, is reachable on every channel — a push device, a Telegram chat
+and an SMS opt-in for announcements (SMS is off by default) — so one announcement shows all five
+renderings on the `herald dev` outbox page.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Person:
     phone: str | None = None
     timezone: str = TIMEZONE
     country: str = COUNTRY
+    telegram_chat_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,24 @@ class Guardianship:
 
 
 @dataclass(frozen=True)
+class PushDevice:
+    """A (fake) push token registered for a person, as their app would through /v1/me/devices."""
+
+    person: str
+    token: str
+    platform: vocabulary.Platform
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """A category × channel cell a person switched on, as they would through /v1/me/preferences."""
+
+    person: str
+    category: str
+    channel: str
+
+
+@dataclass(frozen=True)
 class School:
     tenant_id: str
     roles: tuple[Role, ...]
@@ -65,6 +88,8 @@ class School:
     groups: tuple[Group, ...]
     memberships: tuple[Membership, ...]
     guardianships: tuple[Guardianship, ...]
+    devices: tuple[PushDevice, ...] = ()
+    opt_ins: tuple[OptIn, ...] = ()
 
     def person(self, external_id: str) -> Person:
         return next(p for p in self.people if p.external_id == external_id)
@@ -159,6 +184,10 @@ PRINCIPAL = ("sunita-koirala", "Sunita Koirala", "en")
 
 # The guardian `herald dev` signs a token for: a parent of Aarav (7A) and Rohan (8A).
 DEMO_GUARDIAN = "ramesh-shrestha"
+# What makes the demo guardian reachable beyond email and the inbox (see the module docstring).
+DEMO_TELEGRAM_CHAT_ID = "100200300"
+DEMO_DEVICES = (PushDevice(DEMO_GUARDIAN, "demo-push-token-ramesh-android", "android"),)
+DEMO_OPT_INS = (OptIn(DEMO_GUARDIAN, "announcement", "sms"),)
 
 
 def _email(external_id: str) -> str:
@@ -202,6 +231,7 @@ def build_school() -> School:
             roles=(*staff_roles.get(external_id, ()), "guardian"),
             email=_email(external_id),
             phone=_phone(4, n),
+            telegram_chat_id=DEMO_TELEGRAM_CHAT_ID if external_id == DEMO_GUARDIAN else None,
         )
         guardianships.extend(Guardianship(child, external_id) for child in children)
 
@@ -233,6 +263,8 @@ def build_school() -> School:
         groups=GROUPS,
         memberships=tuple(memberships),
         guardianships=tuple(guardianships),
+        devices=DEMO_DEVICES,
+        opt_ins=DEMO_OPT_INS,
     )
 
 

@@ -1,0 +1,510 @@
+"""The demo page and the outbox of `herald dev`, in a real browser (headless Chromium).
+
+The browser is Debian's `chromium` (/usr/bin/chromium) driven by Playwright for Python; no
+browser is downloaded. Without either, the browser tests skip and say why; the HTTP checks of the
+dev-only routes run regardless. On a failure the page's screenshot is saved under test-artifacts/
+and its path added to the failure report; a passing run leaves screenshots of the working pages
+there too (demo-page.png, demo-outbox.png).
+
+Every test talks to one `herald dev` process over a database of this module's own, shared by its
+tests in file order: counts are taken relative to what the page shows first, and every
+announcement carries a unique title (the announcement kind folds identical ones into one event).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from herald.demo import web
+from tests.conftest import create_database, drop_database
+from tests.e2e.harness import HeraldProcess, free_port
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# Upper bounds for waits, never expectations of speed.
+WAIT_MS = 30_000
+
+GUARDIAN = ("ramesh-shrestha", "guardian")  # in 7A and 8A; push, Telegram and an SMS opt-in
+GUARDIAN_PHONE = "+9779840000001"
+GUARDIAN_PUSH_TOKEN = "demo-push-token-ramesh-android"
+GUARDIAN_TELEGRAM = "100200300"
+GUARDIAN_EMAIL = "ramesh.shrestha@example.com"
+ALL_CHANNELS = ["in_app", "email", "push", "sms", "telegram"]
+
+
+def _browser_missing() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return (
+            "Playwright for Python is not installed (it is in the dev extra: "
+            "pip install -e '.[dev]'); it drives the demo-page browser tests"
+        )
+    if not CHROMIUM.exists():
+        return (
+            f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium) "
+            "to run the demo-page browser tests"
+        )
+    return None
+
+
+BROWSER_MISSING = _browser_missing()
+# .ci/run sets this: there a missing browser fails the browser tests instead of skipping them.
+BROWSER_REQUIRED = os.environ.get("HERALD_TEST_BROWSER") == "required"
+
+
+# ---------------------------------------------------------------------------------------------
+# `herald dev` and the browser
+
+
+@dataclass(frozen=True)
+class Dev:
+    base_url: str
+    api_key: str
+    process: HeraldProcess
+
+    def send(self, title: str, *, group: str, channels: list[str], message: str) -> str:
+        """POST /v1/events as the printed curl command does; returns the new event's id."""
+        answer = httpx.post(
+            f"{self.base_url}/v1/events",
+            headers={"Authorization": f"Bearer {self.api_key}"},
+            json={
+                "kind": "announcement.posted",
+                "audience": {"kind": "guardians_of_group", "groupIds": [group]},
+                "channels": channels,
+                "variables": {"title": title, "message": message},
+            },
+            timeout=10,
+        )
+        assert answer.status_code == 201, answer.text
+        event_id: str = answer.json()["id"]
+        return event_id
+
+    def token(self, external_id: str, role: str) -> str:
+        answer = httpx.post(
+            f"{self.base_url}/dev/token",
+            json={"externalId": external_id, "role": role},
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+        token: str = answer.json()["token"]
+        return token
+
+
+def _banner_value(label: str, text: str) -> str:
+    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
+    assert found, f"no {label!r} line in:\n{text}"
+    return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def dev(
+    e2e_env: dict[str, str], server_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Dev]:
+    """`herald dev` on a free port, with a data folder and a database of its own (it migrates
+    it), so this module's inboxes and preferences never meet test_dev.py's demo school; stopped
+    with Ctrl-C."""
+    folder = tmp_path_factory.mktemp("demo-page")
+    name = f"herald_demo_page_{uuid.uuid4().hex[:10]}"
+    env = {
+        **e2e_env,
+        "HERALD_DATABASE_URL": create_database(server_url, name),
+        "HERALD_DATA_DIR": str(folder / "data"),
+    }
+    port = free_port()
+    process = HeraldProcess(["dev", "--port", str(port)], env, folder / "dev.log")
+    try:
+        text = process.wait_for_output("Ctrl-C stops.")
+        base_url = _banner_value("API", text)
+        assert _banner_value("demo page", text) == f"{base_url}/"
+        assert _banner_value("outbox", text) == f"{base_url}/outbox"
+        yield Dev(base_url=base_url, api_key=_banner_value("API key", text), process=process)
+    finally:
+        status = process.stop(signal.SIGINT)  # as Ctrl-C
+        drop_database(server_url, name)
+    assert status == 0, process.describe()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright; every browser test goes through this fixture, so
+    without a browser they skip (or, in CI, fail) with the reason."""
+    if BROWSER_MISSING is not None:
+        if BROWSER_REQUIRED:
+            pytest.fail(f"HERALD_TEST_BROWSER=required, but {BROWSER_MISSING}")
+        pytest.skip(BROWSER_MISSING)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@dataclass
+class Tab:
+    """One page, and what its console said (errors fail the test that opened it)."""
+
+    page: Page
+    problems: list[str]
+
+
+@pytest.fixture
+def tab(browser: Browser) -> Iterator[Tab]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda message: (
+            problems.append(f"console {message.type}: {message.text}")
+            if message.type == "error"
+            else None
+        ),
+    )
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    try:
+        yield Tab(page, problems)
+    finally:
+        context.close()
+
+
+def _screenshot(page: Page, name: str, *, whole: bool = False) -> Path:
+    """Save a PNG under test-artifacts/. `whole` first grows the viewport to the page's height:
+    Chromium paints the sandboxed (cross-origin) preview frames only inside the viewport."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    if whole:
+        height = int(page.evaluate("() => document.documentElement.scrollHeight"))
+        page.set_viewport_size({"width": 1280, "height": min(max(height, 900), 8000)})
+        page.evaluate(
+            "() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 300)))"
+        )
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@contextmanager
+def evidence(tab: Tab, name: str, *, expected: tuple[str, ...] = ()) -> Iterator[None]:
+    """On a failure, save the page's screenshot and name it (and the console's errors) in the
+    report; on success, insist the console stayed free of errors other than `expected` ones."""
+    try:
+        yield
+        unexpected = [p for p in tab.problems if not any(e in p for e in expected)]
+        assert not unexpected, "the page logged errors:\n" + "\n".join(unexpected)
+    except BaseException as failure:
+        try:
+            path = _screenshot(tab.page, f"{name}-failure")
+            note = f"screenshot of the page at the failure: {path}"
+        except Exception as exc:  # the page may be gone; the failure itself matters more
+            note = f"no screenshot ({type(exc).__name__}: {exc})"
+        print(note)
+        failure.add_note(note)
+        if tab.problems:
+            failure.add_note("the page logged:\n" + "\n".join(tab.problems))
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Page helpers
+
+
+def _open_as(page: Page, dev: Dev, external_id: str, role: str) -> None:
+    """Open the demo page as this person; return once the stream is live and the inbox loaded."""
+    page.goto(f"{dev.base_url}/#{external_id}/{role}")
+    _wait_ready(page)
+
+
+def _wait_ready(page: Page) -> None:
+    # Going live triggers a refetch (anything before the subscription); wait for it to finish,
+    # so that from here on only the live stream can move the badge.
+    page.wait_for_function(
+        "() => document.getElementById('live').dataset.state === 'live'"
+        " && document.getElementById('badge').dataset.loading === 'false'"
+        " && document.getElementById('badge').dataset.count !== ''"
+        " && document.getElementById('prefs-version').textContent !== ''"
+    )
+
+
+def _badge(page: Page) -> int:
+    return int(page.get_attribute("#badge", "data-count") or "-1")
+
+
+def _expect_badge(page: Page, count: int) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator("#badge")).to_have_attribute("data-count", str(count), timeout=WAIT_MS)
+
+
+def _cell(page: Page, category: str, channel: str) -> Any:
+    return page.locator(f'#prefs input[data-category="{category}"][data-channel="{channel}"]')
+
+
+def _save(page: Page, checkbox: Any) -> None:
+    """Click a preference checkbox and wait until the page saved it (the version moved on)."""
+    version = int((page.text_content("#prefs-version") or "").removeprefix("version "))
+    checkbox.click()
+    page.wait_for_function(
+        f"() => document.getElementById('prefs-version').textContent === 'version {version + 1}'"
+        " && document.getElementById('prefs-status').dataset.kind === 'ok'"
+    )
+
+
+def _unique(label: str) -> str:
+    return f"{label} {uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a browser: the dev-only routes
+
+
+def test_dev_routes_answer_and_herald_api_does_not_serve_them(dev: Dev, api_url: str) -> None:
+    """The demo page's JSON routes work under `herald dev` and do not exist under `herald api`
+    (they sign tokens for anyone and show the dev key and every recorded message)."""
+    people = httpx.get(f"{dev.base_url}/dev/people", timeout=10).json()
+    assert (people["defaultExternalId"], people["defaultRole"]) == GUARDIAN
+    ramesh = next(p for p in people["people"] if (p["externalId"], p["role"]) == GUARDIAN)
+    assert set(ramesh["reachable"]) == {"email", "sms", "push", "telegram"}
+    # Deepak Regmi teaches 8A and is Anisha's father: one picker entry per role.
+    deepak = {p["role"] for p in people["people"] if p["externalId"] == "deepak-regmi"}
+    assert deepak == {"teacher", "guardian"}
+
+    token = dev.token(*GUARDIAN)
+    inbox = httpx.get(
+        f"{dev.base_url}/v1/me/notifications",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert inbox.status_code == 200, inbox.text
+    refused = httpx.post(
+        f"{dev.base_url}/dev/token",
+        json={"externalId": "ramesh-shrestha", "role": "principal"},
+        timeout=10,
+    )
+    assert refused.status_code == 404
+    assert refused.json()["error"]["code"] == "PERSON_NOT_FOUND"
+
+    page = httpx.get(f"{dev.base_url}/", timeout=10)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    for name, media_type in web.STATIC_FILES.items():  # every file the package must carry
+        served = httpx.get(f"{dev.base_url}/dev/static/{name}", timeout=10)
+        assert served.status_code == 200 and served.headers["content-type"] == media_type, name
+    assert httpx.get(f"{dev.base_url}/outbox", timeout=10).status_code == 200
+    assert httpx.get(f"{dev.base_url}/dev/static/dev.json", timeout=10).status_code == 404
+    assert httpx.get(f"{dev.base_url}/dev/static/..%2Fweb.py", timeout=10).status_code == 404
+
+    # Only requests addressed to this machine: no DNS-rebinding page may read the dev key.
+    rebound = httpx.get(f"{dev.base_url}/dev/config", headers={"Host": "evil.example"}, timeout=10)
+    assert rebound.status_code == 403
+    assert "apiKey" not in rebound.text
+    local = httpx.get(f"{dev.base_url}/dev/config", headers={"Host": "localhost:1"}, timeout=10)
+    assert local.status_code == 200 and local.json()["apiKey"] == dev.api_key
+
+    for path in ("/", "/outbox", "/dev/people", "/dev/config", "/dev/outbox"):
+        assert httpx.get(f"{api_url}{path}", timeout=10).status_code == 404, path
+    assert (
+        httpx.post(
+            f"{api_url}/dev/token", json={"externalId": "x", "role": "guardian"}, timeout=10
+        ).status_code
+        == 404
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# In the browser
+
+
+def test_badge_follows_the_live_stream_and_mark_read(dev: Dev, tab: Tab) -> None:
+    """R-REALTIME-2, R-REALTIME-7: the stream's event carries no title, so the page refetches
+    the badge and the list when one arrives — the badge moves with no reload and no polling —
+    and marking read (one, then all) moves it back. Titles are shown as text, never as HTML."""
+    page = tab.page
+    with evidence(tab, "demo-page-live"):
+        _open_as(page, dev, *GUARDIAN)
+        before = _badge(page)
+        page.evaluate("window.__sameDocument = 'not reloaded'")
+
+        # Sent from outside the page, as a host would: only the live stream can tell the page.
+        hostile = _unique('<img src=x onerror="window.__pwned=1"> Sports & <i>day</i>')
+        dev.send(hostile, group="class-7a", channels=["in_app"], message="It is now on Friday.")
+        _expect_badge(page, before + 1)
+        item = page.locator("#inbox li.item").filter(has_text=hostile)
+        assert item.count() == 1
+        assert item.locator(".item-title").text_content() == hostile
+        assert page.locator("#inbox img, #inbox i").count() == 0
+        assert page.evaluate("window.__pwned") is None
+        assert page.evaluate("window.__sameDocument") == "not reloaded"
+        assert page.locator("#live-log li").count() >= 1
+
+        item.locator("button.mark-read").click()
+        _expect_badge(page, before)
+        assert item.locator(".read-at").text_content() == "read"
+
+        # The page's own form (all channels, to 8A: the guardian's other child).
+        title = _unique("Library closed on Friday")
+        page.select_option("#send-audience", "guardians_of_group:class-8a")
+        page.fill("#send-title", title)
+        page.fill("#send-message", "Books are due back on Thursday.")
+        page.click("#send-button")
+        page.wait_for_selector("#send-status[data-kind='ok']")
+        assert "Recorded event" in (page.text_content("#send-status") or "")
+        _expect_badge(page, before + 1)
+        page.locator("#inbox li.item").filter(has_text=title).wait_for()
+        assert page.evaluate("window.__sameDocument") == "not reloaded"
+        _screenshot(page, "demo-page", whole=True)
+
+        page.click("#mark-all")
+        _expect_badge(page, 0)
+        assert page.locator("#inbox li.item.unread").count() == 0
+
+
+def test_preferences_persist_and_a_conflict_reloads(dev: Dev, tab: Tab) -> None:
+    """R-PREFAPI-3: a switch saved from the page is there after a reload (and the person's other
+    choices, like the SMS opt-in, survive the whole-set PUT); a save from a stale version is
+    refused, and the page reloads the current set and says so."""
+    page = tab.page
+    # The browser logs the refused save's answer; that one is the point of the test.
+    with evidence(tab, "demo-page-preferences", expected=("status of 409 (Conflict)",)):
+        _open_as(page, dev, *GUARDIAN)
+        cell = _cell(page, "events", "email")
+        cell.wait_for()
+        original = cell.is_checked()
+        assert _cell(page, "announcement", "sms").is_checked()  # the demo's opt-in
+        assert _cell(page, "security", "email").is_disabled()  # locked: always delivered
+
+        _save(page, cell)
+        page.reload()
+        _wait_ready(page)
+        assert _cell(page, "events", "email").is_checked() is (not original)
+        assert _cell(page, "announcement", "sms").is_checked()
+
+        # A global mute silences the channel's cells; lifting it brings the defaults back.
+        _cell(page, "announcement", "telegram").wait_for()
+        _save(page, page.locator('#prefs input[data-global="telegram"]'))
+        assert not _cell(page, "announcement", "telegram").is_checked()
+        _save(page, page.locator('#prefs input[data-global="telegram"]'))
+        assert _cell(page, "announcement", "telegram").is_checked()
+
+        # Another device saves meanwhile (from the version the page holds).
+        token = dev.token(*GUARDIAN)
+        headers = {"Authorization": f"Bearer {token}"}
+        version = httpx.get(f"{dev.base_url}/v1/me/preferences", headers=headers, timeout=10)
+        saved = httpx.put(
+            f"{dev.base_url}/v1/me/preferences",
+            headers=headers,
+            json={
+                "version": version.json()["version"],
+                "overrides": [
+                    {"category": "announcement", "channel": "sms", "enabled": True},
+                    {"category": "academic", "channel": "push", "enabled": False},
+                ],
+            },
+            timeout=10,
+        )
+        assert saved.status_code == 200, saved.text
+        _cell(page, "finance", "email").click()
+        page.wait_for_selector("#prefs-status[data-kind='error']")
+        assert "changed elsewhere" in (page.text_content("#prefs-status") or "")
+        # What is shown now is the other device's save, not the refused change.
+        assert not _cell(page, "academic", "push").is_checked()
+        assert _cell(page, "finance", "email").is_checked()
+        assert _cell(page, "events", "email").is_checked()  # that save left it at its default
+
+        # Put back what the demo had.
+        _save(page, _cell(page, "academic", "push"))
+        after = httpx.get(f"{dev.base_url}/v1/me/preferences", headers=headers, timeout=10).json()
+        cells = {c["category"]: c["channels"] for c in after["categories"]}
+        assert cells["academic"]["push"] is True
+        assert cells["announcement"]["sms"] is True
+
+
+def test_outbox_shows_what_each_mock_recorded(dev: Dev, tab: Tab) -> None:
+    """R-PROVIDER-3, R-PROVIDER-6: the outbox page reads the very mock instances the worker sent
+    through (a second instance would show nothing): one announcement on every channel shows its
+    email, SMS, push and Telegram renderings. SMS went only to the guardian who opted in (SMS is
+    off by default); the email's HTML is shown in a sandboxed frame."""
+    page = tab.page
+    with evidence(tab, "demo-outbox"):
+        title = _unique("Sports day moved & more")
+        message = "It is now on Friday."
+        dev.send(title, group="class-7a", channels=ALL_CHANNELS, message=message)
+        page.goto(f"{dev.base_url}/outbox")
+
+        def messages(channel: str) -> Any:
+            return page.locator(f'section[data-channel="{channel}"] article.message').filter(
+                has_text=title
+            )
+
+        # Everything the mocks recorded for this announcement shows up (the page refreshes).
+        for channel in ("email", "sms", "push"):
+            messages(channel).first.wait_for()
+        telegram = page.locator('section[data-channel="telegram"] article.message').filter(
+            has=page.locator("pre.body", has_text="Sports day moved &amp; more")
+        )
+        telegram.first.wait_for(state="attached")
+
+        # SMS: only the guardian with the opt-in; push and Telegram: only where set up.
+        assert messages("sms").count() == 1
+        assert GUARDIAN_PHONE in (messages("sms").text_content() or "")
+        assert f"{title}: {message}" in (messages("sms").locator("pre.body").text_content() or "")
+        assert messages("push").count() == 1
+        assert GUARDIAN_PUSH_TOKEN in (messages("push").text_content() or "")
+        assert telegram.count() == 1
+        assert GUARDIAN_TELEGRAM in (telegram.text_content() or "")
+        # Telegram's HTML, shown as Telegram would: the title in bold, the escaped & as text.
+        bold = telegram.frame_locator("iframe.preview").locator("b")
+        assert bold.text_content() == title
+
+        email = messages("email").filter(has_text=GUARDIAN_EMAIL)
+        assert email.count() == 1
+        frame = email.locator("iframe.preview")
+        assert frame.get_attribute("sandbox") == ""
+        assert "Sports day moved &amp; more" in (frame.get_attribute("srcdoc") or "")
+        heading = email.frame_locator("iframe.preview").locator("h1")
+        assert heading.text_content() == title
+        assert messages("email").count() > 1  # the other 7A guardians got email too
+
+        _screenshot(page, "demo-outbox", whole=True)
+
+
+def test_ctrl_c_stops_herald_dev_while_the_page_is_live(dev: Dev, tab: Tab) -> None:
+    """Ctrl-C stops `herald dev` (exit 0) while a demo page holds its live stream open: the
+    streams are ended on stop, where uvicorn would otherwise wait on them for ever. Runs last in
+    this module: it stops the module's `herald dev`."""
+    page = tab.page
+    # The page notices the stream's end and its reconnects failing; that is expected here.
+    with evidence(tab, "demo-page-stop", expected=("net::ERR_CONNECTION_REFUSED",)):
+        _open_as(page, dev, *GUARDIAN)
+        status = dev.process.stop(signal.SIGINT)
+        assert status == 0, dev.process.describe()
+        assert "herald dev stopped" in dev.process.output()
+        page.wait_for_selector("#live[data-state='reconnecting']")
