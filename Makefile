@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint fmt unit bench clean
+.PHONY: dev test lint fmt unit bench bench-fanout bench-delivery bench-realtime bench-retention clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,8 +33,11 @@ fmt: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
-bench: $(STAMP)
-	$(BIN)/python bench/fanout.py
+## Benchmarks print figures beside a baseline measured in the same run (never pass/fail).
+bench: bench-fanout bench-delivery bench-realtime bench-retention
+
+bench-%: $(STAMP)
+	$(BIN)/python bench/$*.py
 
 clean:
 	rm -rf $(VENV) .herald .pytest_cache .mypy_cache .ruff_cache
