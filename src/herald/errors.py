@@ -69,6 +69,12 @@ class SecretInVariables(ValidationFailed):
     code = "NOTIFICATION_SECRET_IN_VARIABLES"
 
 
+class SecretAudienceInvalid(ValidationFailed):
+    """A kind that carries a secret goes to exactly one person on exactly one channel."""
+
+    code = "NOTIFICATION_SECRET_AUDIENCE_INVALID"
+
+
 class PaginationRequired(ValidationFailed):
     """Lists are paged; pagination=false is refused."""
 

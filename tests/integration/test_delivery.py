@@ -684,3 +684,39 @@ async def test_erasure_during_a_send_is_not_undone(
         None,
         None,
     )
+
+
+async def test_slow_provider_never_lets_a_live_workers_leases_expire(
+    engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
+) -> None:
+    """R-STATE-18, R-REAPER-1, R-PLAT-14: rows waiting their turn behind a slow provider keep their
+    lease (the batch's heartbeat renews it), so a reaper sweeping all the while reclaims none of
+    them and nothing is sent twice."""
+    async with engine.begin() as conn:
+        group_id = await seed.group(conn, tenant, "class-7a")
+        for i in range(24):
+            pupil = await seed.person(conn, tenant, f"s{i}")
+            parent = await seed.person(conn, tenant, f"g{i}")
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+    await send_event(engine, tenant, channels=["email"])
+    await run_to_completion(engine, tenant)
+    settings = delivery_settings.model_copy(update={"lease_seconds": 5})
+
+    class Slow(ScriptedProvider):
+        async def send(self, message: Message) -> ProviderOutcome:
+            await asyncio.sleep(1.0)  # 24 sends, 4 at a time: 6 s, longer than one lease
+            return await super().send(message)
+
+    provider = Slow("email")
+    sending = asyncio.create_task(deliver(engine, provider, vault, settings, tenant)())
+    while not sending.done():  # a reaper sweeping the whole time
+        await run_tick(engine, settings, backfill_channels=[])
+        await asyncio.sleep(0.5)
+    assert await sending == 24
+    assert (
+        len(provider.messages) == 24 and len({m.idempotency_key for m in provider.messages}) == 24
+    )
+    rows = await delivery_rows(engine, tenant)
+    assert {r["status"] for r in rows} == {"sent"}
+    assert all(r["lease_expiry_count"] == 0 and r["attempts"] == 1 for r in rows)

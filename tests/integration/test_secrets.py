@@ -400,3 +400,50 @@ async def test_transient_failure_keeps_the_secret_for_the_retry(
     assert TOKEN in body_text(received.content)
     assert await secrets.resolve(vault, tenant, ref) is None
     assert await tables_containing(engine, TOKEN) == []
+
+
+class _DownVault:
+    """A vault that does not answer (Redis restarting, a pool timeout)."""
+
+    async def put(
+        self, tenant_id: str, ref_id: str, values: dict[str, str], ttl_seconds: int
+    ) -> None:
+        raise ConnectionError("vault down")
+
+    async def take(self, tenant_id: str, ref_id: str) -> dict[str, str] | None:
+        raise ConnectionError("vault down")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_vault_outage_is_retried_not_dropped(
+    engine: AsyncEngine, tenant: str, smtp: SmtpTestServer, smtp_settings: Settings, vault: Vault
+) -> None:
+    """R-SECRET-11 (only a *missing* entry skips): a vault that does not answer is a retryable failure,
+    so the reset email goes out once the vault is back."""
+    from sqlalchemy import func, update
+
+    await person(engine, tenant)
+    ref = await secrets.stash(
+        vault, tenant_id=tenant, type="password_reset", values={"token": TOKEN}, ttl_seconds=600
+    )
+    await send_reset(engine, tenant, ref)
+    await deliver_email(engine, smtp_settings, _DownVault(), tenant)
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(s.notification_delivery).where(s.notification_delivery.c.tenant_id == tenant)
+            )
+        ).one()
+    assert row.status == "failed" and row.last_error == "SECRET_VAULT_UNAVAILABLE"
+    assert smtp.handler.received == []
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(s.notification_delivery)
+            .where(s.notification_delivery.c.tenant_id == tenant)
+            .values(status="queued", failed_at=None, last_error=None, next_attempt_at=func.now())
+        )
+    await deliver_email(engine, smtp_settings, vault, tenant)
+    [received] = smtp.handler.received
+    assert TOKEN in body_text(received.content)

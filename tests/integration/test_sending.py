@@ -21,6 +21,7 @@ from herald.errors import (
     AudienceTooLarge,
     ChannelUnknown,
     HeraldError,
+    SecretAudienceInvalid,
     SecretInVariables,
     SendOutsideTransaction,
     TemplateNotFound,
@@ -504,3 +505,48 @@ async def test_idempotency_key_for_repeatable(
     c = await client.post("/v1/events", json=body, headers=headers)
     assert a.status_code == 201 and b.status_code == 200 and c.status_code == 201
     assert a.json()["id"] == b.json()["id"] != c.json()["id"]
+
+
+async def test_secret_kinds_go_to_one_person_on_one_channel(
+    engine: AsyncEngine, registry: Registry, tenant: str
+) -> None:
+    """R-SECRET-9, R-SECRET-14: a secret reference is read once, so a kind that carries one is refused
+    unless it names one person and one channel — otherwise a second delivery would find the vault
+    empty and the person would get one of two messages at random."""
+    otp = {"tenant_id": tenant, "kind": "auth.otp", "variables": {"secretRef": "otp:abc"}}
+    async with engine.begin() as conn:
+        for audience, channels in (
+            ({"kind": "users", "userIds": ["u1"]}, None),  # default channels: sms and email
+            ({"kind": "users", "userIds": ["u1", "u2"]}, ["sms"]),
+            ({"kind": "all_users"}, ["sms"]),
+        ):
+            with pytest.raises(SecretAudienceInvalid):
+                await asend(
+                    conn, SendInput(**otp, audience=audience, channels=channels), registry=registry
+                )
+        ok = await asend(
+            conn,
+            SendInput(**otp, audience={"kind": "users", "userIds": ["u1"]}, channels=["sms"]),
+            registry=registry,
+        )
+        assert ok is not None and ok.created
+
+
+async def test_nul_characters_are_refused_not_500(
+    client: AsyncClient, engine: AsyncEngine, tenant: str
+) -> None:
+    """R-SEC-13: text PostgreSQL cannot store (a NUL) is the caller's mistake: 400 with a code, nothing
+    written — in variables, audience ids and the Idempotency-Key alike."""
+    headers = await api_key(engine, tenant, ["events:write"])
+    base = {"kind": "announcement.posted", "audience": CLASS_7A, "variables": ANNOUNCE}
+    cases = [
+        {**base, "variables": {**ANNOUNCE, "title": "a\u0000b"}},
+        {**base, "audience": {"kind": "users", "userIds": ["u\u00001"]}},
+        {**base, "audience": {"kind": "group", "groupIds": ["class\u00007a"]}},
+        {**base, "audience": {"kind": "role", "roles": ["guard\u0000ian"]}},
+    ]
+    for body in cases:
+        answer = await client.post("/v1/events", json=body, headers=headers)
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.json()["error"]["code"].startswith("NOTIFICATION_")
+    assert await count_events(engine, tenant) == 0

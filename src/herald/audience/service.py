@@ -111,6 +111,9 @@ def _string_list(value: object, key: str, *, cap: int | None = None) -> list[str
     for item in value:
         if not isinstance(item, str) or not item:
             raise AudienceInvalid(f"{key} must hold non-empty strings")
+        if "\x00" in item or len(item) > 200:
+            # PostgreSQL text cannot hold NUL; refuse it here rather than fail in the driver.
+            raise AudienceInvalid(f"{key} holds an id with a NUL character or over 200 characters")
     # An empty list is valid and resolves to nobody (R-AUD-14).
     return sorted(set(value))
 

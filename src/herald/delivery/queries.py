@@ -172,3 +172,19 @@ async def published_overrides(
 
 async def wake_channel_workers(conn: AsyncConnection) -> None:
     await conn.execute(select(func.pg_notify(DELIVERY_CHANNEL, "")))
+
+
+async def extend_leases(
+    conn: AsyncConnection, held: Sequence[tuple[int, datetime]], lease_seconds: int
+) -> set[int]:
+    if not held:
+        return set()
+    result = await conn.execute(
+        SQL["extend_leases"],
+        {
+            "ids": [h[0] for h in held],
+            "claimed_ats": [h[1] for h in held],
+            "lease_seconds": lease_seconds,
+        },
+    )
+    return {row.id for row in result}

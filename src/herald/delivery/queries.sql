@@ -77,7 +77,7 @@ WITH u AS (
            destination_hint = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.hint, d.destination_hint) END,
            rendered_title = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.title, d.rendered_title) END,
            rendered_body = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.body, d.rendered_body) END,
-           rendered_hash = coalesce(u.hash, d.rendered_hash),
+           rendered_hash = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.hash, d.rendered_hash) END,
            template_version = coalesce(u.template_version, d.template_version)
       FROM u, notification_recipient r
      WHERE d.id = u.id AND r.id = d.recipient_id
@@ -192,3 +192,13 @@ SELECT tenant_id, kind, channel, locale, title, body, version
   FROM notification_template
  WHERE status = 'published'
    AND (tenant_id, kind) IN (SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:kinds AS text[])));
+
+-- name: extend_leases
+-- The batch's heartbeat: rows still held by this claim (status processing, same claimed_at) get a
+-- fresh lease, so a slow provider never lets a live worker's rows expire under it. A row missing
+-- from the answer was reclaimed meanwhile and is no longer this worker's to send.
+UPDATE notification_delivery d
+   SET lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+  FROM unnest(CAST(:ids AS bigint[]), CAST(:claimed_ats AS timestamptz[])) AS h(id, claimed_at)
+ WHERE d.id = h.id AND d.status = 'processing' AND d.claimed_at = h.claimed_at
+RETURNING d.id;

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,21 +19,26 @@ from herald.channels.base import Provider, ProviderOutcome
 from herald.config import Settings
 from herald.delivery import queries, recorder
 from herald.delivery.recorder import Result
-from herald.delivery.send import prepare
+from herald.delivery.send import Prepared, prepare
 from herald.kinds import Registry
 from herald.rendering.render import Override, OverrideKey
 from herald.secrets import service as secrets
+from herald.secrets.service import SecretVaultUnavailable
 from herald.secrets.vault import Vault
 
 log = logging.getLogger(__name__)
 
 # R-CHAN-19 (and Telegram, bounded further by its provider's rate limiter).
 CONCURRENCY = {"sms": 2, "email": 4, "push": 8, "telegram": 4}
-# Rows claimed (and recorded) together. Outcomes are written once per batch, so a worker that
-# dies mid-batch repeats the sends it made but had not recorded — the at-least-once window. Paid,
-# slow SMS keeps that window to a handful; cheap, fast email and push use larger batches.
+# Rows claimed together. Paid, slow SMS keeps its batches to a handful; cheap, fast email and
+# push use larger ones. A batch's leases are renewed while it is being worked (the heartbeat), so
+# rows waiting for their turn behind a slow provider never expire under a live worker.
 BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 100, "push": 100}
+# Outcomes are written in groups as sends finish — every RECORD_EVERY results, or after
+# RECORD_AFTER_SECONDS — so a worker that dies mid-batch repeats at most one group's unrecorded
+# sends (the at-least-once window), not the whole batch's.
 RECORD_EVERY = 25
+RECORD_AFTER_SECONDS = 1.0
 
 
 async def deliver_batch(
@@ -58,8 +65,10 @@ async def deliver_batch(
             return 0
         pairs = sorted({(c["tenant_id"], c["kind"]) for c in contexts})
         overrides = _overrides(await queries.published_overrides(conn, pairs))
+    batch = _Batch(contexts)
+    heartbeat = asyncio.create_task(_heartbeat(engine, batch, settings.lease_seconds))
     sends = _start_sends(
-        contexts,
+        batch,
         provider,
         registry=registry,
         vault=vault,
@@ -67,21 +76,56 @@ async def deliver_batch(
         overrides=overrides,
         gate=gate,
     )
-    # Record outcomes in groups as they complete, not once at the end of the batch: a crash then
-    # repeats at most one group's unrecorded sends, not the whole batch's.
     pending: list[Result] = []
-    for finished in asyncio.as_completed(sends):
-        pending.append(await finished)
-        if len(pending) >= RECORD_EVERY:
+    last_flush = time.monotonic()
+    try:
+        for finished in asyncio.as_completed(sends):
+            result = await finished
+            if result is not None:
+                pending.append(result)
+            if pending and (
+                len(pending) >= RECORD_EVERY
+                or time.monotonic() - last_flush >= RECORD_AFTER_SECONDS
+            ):
+                await recorder.record(engine, pending, settings)
+                pending, last_flush = [], time.monotonic()
+    finally:
+        heartbeat.cancel()
+        if pending:
             await recorder.record(engine, pending, settings)
-            pending = []
-    if pending:
-        await recorder.record(engine, pending, settings)
     return len(contexts)
 
 
+class _Batch:
+    """The rows of one claim that this worker still holds and has not finished."""
+
+    def __init__(self, contexts: Sequence[dict[str, Any]]) -> None:
+        self.contexts = list(contexts)
+        self.open: dict[int, datetime] = {c["id"]: c["claimed_at"] for c in contexts}
+        self.lost: set[int] = set()
+
+    def done(self, delivery_id: int) -> None:
+        self.open.pop(delivery_id, None)
+
+
+async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> None:
+    """Renew the leases of the batch's unfinished rows every third of a lease."""
+    while batch.open:
+        await asyncio.sleep(lease_seconds / 3)
+        held = list(batch.open.items())
+        try:
+            async with engine.begin() as conn:
+                kept = await queries.extend_leases(conn, held, lease_seconds)
+        except Exception:
+            log.warning("lease renewal failed; will try again", exc_info=True)
+            continue
+        for delivery_id, _ in held:
+            if delivery_id not in kept:
+                batch.lost.add(delivery_id)
+
+
 def _start_sends(
-    contexts: Sequence[dict[str, Any]],
+    batch: _Batch,
     provider: Provider,
     *,
     registry: Registry,
@@ -89,19 +133,42 @@ def _start_sends(
     settings: Settings,
     overrides: dict[tuple[str, str], dict[OverrideKey, Override]],
     gate: asyncio.Semaphore | None,
-) -> list[asyncio.Task[Result]]:
+) -> list[asyncio.Task[Result | None]]:
     # Shared across a channel's batch loops, so the channel's provider concurrency is a process total.
     gate = gate or asyncio.Semaphore(CONCURRENCY.get(provider.channel, 4))
+    unknown = recorder.UNKNOWN_CODES.get(provider.channel, "PROVIDER_UNKNOWN")
 
-    async def one(context: dict[str, Any]) -> Result:
+    async def one(context: dict[str, Any]) -> Result | None:
+        try:
+            return await attempt(context)
+        finally:
+            batch.done(context["id"])
+
+    async def attempt(context: dict[str, Any]) -> Result | None:
         async with gate:
-            prepared = await prepare(
-                context,
-                registry=registry,
-                vault=vault,
-                settings=settings,
-                overrides=overrides.get((context["tenant_id"], context["kind"]), {}),
-            )
+            if context["id"] in batch.lost:
+                # Reclaimed while it waited (the heartbeat could not renew it): another worker
+                # owns it now, and sending here would send it twice. Nothing to record.
+                return None
+            try:
+                prepared = await prepare(
+                    context,
+                    registry=registry,
+                    vault=vault,
+                    settings=settings,
+                    overrides=overrides.get((context["tenant_id"], context["kind"]), {}),
+                )
+            except SecretVaultUnavailable:
+                # The vault did not answer: nothing was consumed, so try again later.
+                return Result(
+                    Prepared(context),
+                    ProviderOutcome.failure("SECRET_VAULT_UNAVAILABLE", retryable=True),
+                )
+            except Exception as exc:
+                log.error(
+                    "preparing delivery %s raised %s", context["public_id"], type(exc).__name__
+                )
+                return Result(Prepared(context), ProviderOutcome.failure(unknown, retryable=True))
             if prepared.message is None:
                 return Result(prepared)
             try:
@@ -114,17 +181,20 @@ def _start_sends(
                     provider.name,
                     type(exc).__name__,
                 )
-                outcome = ProviderOutcome.failure(
-                    recorder.UNKNOWN_CODES.get(provider.channel, "PROVIDER_UNKNOWN"), retryable=True
-                )
-            if outcome.outcome == "failed" and outcome.retryable and prepared.secret is not None:
+                outcome = ProviderOutcome.failure(unknown, retryable=True)
+            will_retry = (
+                outcome.outcome == "failed"
+                and outcome.retryable
+                and context["attempts"] + 1 < settings.max_attempts
+            )
+            if will_retry and prepared.secret is not None:
                 ref, values = prepared.secret
                 await secrets.give_back(
                     vault, context["tenant_id"], ref, values, settings.vault_ttl_seconds
                 )
             return Result(prepared, outcome)
 
-    return [asyncio.ensure_future(one(c)) for c in contexts]
+    return [asyncio.ensure_future(one(c)) for c in batch.contexts]
 
 
 def _overrides(

@@ -382,7 +382,7 @@ async def scrub_deliveries_of_person(conn: AsyncConnection, person_id: int) -> i
             d.c.recipient_id == r.c.id,
             r.c.user_id == person_id,
         )
-        .values(destination_hint=None, rendered_title=None, rendered_body=None)
+        .values(destination_hint=None, rendered_title=None, rendered_body=None, rendered_hash=None)
     )
     return int(result.rowcount)
 

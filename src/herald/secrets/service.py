@@ -66,10 +66,16 @@ async def stash(
     return f"{type}:{ref_id}"
 
 
+class SecretVaultUnavailable(Exception):
+    """The vault (or a resolver) did not answer: the secret may still be there; try again later."""
+
+
 async def resolve(
     vault: Vault, tenant_id: str, ref: str, resolvers: SecretResolvers = RESOLVERS
 ) -> dict[str, str] | None:
-    """The values behind `ref`, or None when it cannot be resolved (R-SECRET-11, R-SECRET-14)."""
+    """The values behind `ref`, or None when they are gone (expired, used, flushed: R-SECRET-11,
+    R-SECRET-14). A vault that does not answer raises SecretVaultUnavailable instead: a Redis
+    restart must delay a reset email, not drop it."""
     prefix, _, ref_id = ref.partition(":")
     if not ref_id:
         return None
@@ -77,8 +83,8 @@ async def resolve(
         resolver = resolvers.get(prefix)
         found = await resolver(tenant_id, ref) if resolver else await vault.take(tenant_id, ref_id)
     except Exception as exc:
-        log.error("secret %s could not be resolved (%s)", ref, type(exc).__name__)
-        return None
+        log.error("secret %s could not be resolved (%s); will retry", ref, type(exc).__name__)
+        raise SecretVaultUnavailable(ref) from None
     if found is None:
         log.warning("secret %s is gone (expired, already used, or the vault was flushed)", ref)
         return None

@@ -31,6 +31,7 @@ from herald.errors import (
     EventFanoutStarted,
     EventNotFound,
     HeraldError,
+    SecretAudienceInvalid,
     SecretInVariables,
     SendOutsideTransaction,
     TemplateNotFound,
@@ -85,11 +86,14 @@ def prepare(input: SendInput, registry: Registry) -> _Prepared:
     kind = _known_kind(registry, input.kind)  # 1 (R-SEND-6)
     channels = _buildable_channels(kind, input.channels)  # 2 (R-SEND-7)
     spec = audience.validate_audience(input.audience)  # 3 (R-SEND-8..10)
+    if kind.secret_variables:
+        _single_destination(kind, spec, channels)
     if input.action_url is not None and not is_safe_action_url(
         input.action_url
     ):  # 4 (R-SEND-11/12)
         raise ActionUrlForbidden()
     variables = _checked_variables(kind, input.variables)
+    _checked_request_id(input.request_id)
     scheduled_for = _aware(input.scheduled_for)
     dedupe_key = build_dedupe_key(
         kind, spec, variables, input.action_url, scheduled_for, input.request_id
@@ -188,11 +192,28 @@ def _log_best_effort_failure(input: SendInput, exc: Exception) -> None:
     )
 
 
+def _checked_request_id(request_id: str | None) -> str | None:
+    if request_id is not None and (not request_id.isprintable() or len(request_id) > 200):
+        raise VariablesInvalid("the Idempotency-Key must be printable and at most 200 characters")
+    return request_id
+
+
 def _known_kind(registry: Registry, name: str) -> Kind:
     kind = registry.get(name)
     if kind is None:
         raise TemplateNotFound(f"no kind named {name!r} in the registry")
     return kind
+
+
+def _single_destination(kind: Kind, spec: Mapping[str, Any], channels: Sequence[str]) -> None:
+    """A secret reference is read once (R-SECRET-9), so a kind that carries one goes to one person
+    on one channel: a second delivery would find the vault empty and the person would get one of
+    two messages at random."""
+    ids = spec.get("userIds") if spec.get("kind") == "users" else None
+    if not ids or len(ids) != 1 or len(channels) != 1:
+        raise SecretAudienceInvalid(
+            f"{kind.name} carries a secret: send it to one person (users, one id) on one channel"
+        )
 
 
 def _buildable_channels(kind: Kind, requested: Sequence[str] | None) -> list[str]:
@@ -231,6 +252,9 @@ def _checked_variables(kind: Kind, variables: Mapping[str, Any]) -> dict[str, st
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise VariablesInvalid(f"variable {key!r} must be a string or a number")
         text = str(value)
+        if "\x00" in text or "\x00" in key:
+            # jsonb cannot store NUL: refuse it as the caller's mistake, never a 500.
+            raise VariablesInvalid(f"variable {key!r} contains a NUL character")
         if len(text) > MAX_VARIABLE_LENGTH:
             raise VariablesInvalid(
                 f"variable {key!r} is longer than {MAX_VARIABLE_LENGTH} characters"

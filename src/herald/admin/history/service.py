@@ -76,8 +76,8 @@ def parse_event_filters(
     occurred_to: str | None,
 ) -> EventFilters:
     """Validate the history filters; every refusal is a 400 with a code."""
-    if kind is not None and not 1 <= len(kind) <= MAX_KIND_LENGTH:
-        raise ValidationFailed(f"kind must be 1 to {MAX_KIND_LENGTH} characters")
+    if kind is not None and (not 1 <= len(kind) <= MAX_KIND_LENGTH or not kind.isprintable()):
+        raise ValidationFailed(f"kind must be 1 to {MAX_KIND_LENGTH} printable characters")
     if category is not None and category not in vocabulary.CATEGORIES:
         raise ValidationFailed(f"category must be one of {', '.join(vocabulary.CATEGORIES)}")
     if status is not None and status not in vocabulary.EVENT_STATES:
