@@ -33,7 +33,7 @@ HISTORY_UPDATE = "NotificationHistory_UPDATE"
 FAILURE_READ = "NotificationFailure_READ"
 FAILURE_UPDATE = "NotificationFailure_UPDATE"
 
-# Words that must never appear in a history statement (R-ADMIN-11..13). rendered_hash is allowed:
+# Words that must never appear in a history statement (R-ADMIN-11, R-ADMIN-12, R-ADMIN-13). rendered_hash is allowed:
 # it is a digest, and the issue lists it among the delivery fields.
 FORBIDDEN_SQL = ("person", "variables", "rendered_title", "rendered_body", "destination_hint")
 

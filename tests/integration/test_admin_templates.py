@@ -469,7 +469,7 @@ async def test_invalid_wording_is_a_400_and_writes_nothing(
     changes: dict[str, Any],
     code: str,
 ) -> None:
-    """R-RENDER-8, R-SCHEMA-42, R-RENDER-29..34, R-SEC-13: an override may use only the kind's
+    """R-RENDER-8, R-SCHEMA-42, R-RENDER-29, R-RENDER-30, R-RENDER-31, R-RENDER-32, R-RENDER-33, R-RENDER-34, R-SEC-13: an override may use only the kind's
     declared variables as flat placeholders, has a non-blank body, a title where the channel shows
     one, valid Telegram markup, and keeps the secret a security message exists to carry; anything
     else is a 400 with its code (never a 500) and leaves no row, version or audit entry."""

@@ -138,7 +138,7 @@ def deliver(
 async def test_sent(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-CHAN-2, R-CHAN-3, R-STATE-5, R-STATE-6, R-STATE-21, R-PROVIDER-12: a sent email records sent_at,
+    """R-STATE-2, R-CHAN-2, R-CHAN-3, R-STATE-5, R-STATE-6, R-STATE-21, R-PROVIDER-12: a sent email records sent_at,
     one attempt, the provider's message id, a masked destination, the stored rendering, and one
     attempt row with no body or address; claim and lease are cleared together."""
     row = await email_delivery(engine, tenant)
@@ -171,7 +171,7 @@ async def test_sent(
 async def test_retry_backoff_then_requeue(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-STATE-9..12, R-STATE-19, R-OBS-5: a retryable failure waits base·2^(n-1) seconds with a coded
+    """R-STATE-9, R-STATE-10, R-STATE-11, R-STATE-12, R-STATE-19, R-OBS-5: a retryable failure waits base·2^(n-1) seconds with a coded
     last_error; sweep 2 re-queues it, clearing failed_at and last_error; the next success is clean."""
     await email_delivery(engine, tenant)
     provider = ScriptedProvider(
@@ -255,7 +255,7 @@ async def test_non_retryable_goes_dead_at_once(
 async def test_unconfigured_skips_then_backfills(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-STATE-13, R-PROVIDER-14, R-PROVIDER-15, R-DLQ-7, R-BACKFILL-1..6, R-PLAT-4: with no provider the
+    """R-STATE-13, R-PROVIDER-14, R-PROVIDER-15, R-DLQ-7, R-BACKFILL-1, R-BACKFILL-2, R-BACKFILL-3, R-BACKFILL-4, R-BACKFILL-5, R-BACKFILL-6, R-PLAT-4: with no provider the
     row is skipped_unconfigured, uses no attempt and writes no dead letter; once the channel is
     configured, backfill re-queues it (compare-and-set, skipped_at cleared) and it is sent; a row
     older than the window stays."""
@@ -305,7 +305,7 @@ async def test_backfill_window(
 async def test_lease_expiry_reclaims_then_kills(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-REAPER-1..4, R-STATE-18, R-OBS-5: an expired lease goes back to queued counting an attempt and
+    """R-REAPER-1, R-REAPER-2, R-REAPER-3, R-REAPER-4, R-REAPER-5, R-REAPER-6, R-STATE-18, R-OBS-5: an expired lease goes back to queued counting an attempt and
     a lease expiry (not a failure); at the maximum it is dead with a dead letter; an outcome that
     arrives after its lease was reclaimed is not written over the newer state."""
     row = await email_delivery(engine, tenant)
@@ -394,7 +394,8 @@ async def test_erased_recipient(
 async def test_no_address(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-CHAN-9, R-DLQ-19: nowhere to send is a skip, never a failure or a dead letter."""
+    """R-CHAN-9, R-DLQ-19, R-STATE-14: nowhere to send is recorded on the row as a skip, never a failure
+    or a dead letter."""
     await email_delivery(engine, tenant, email="")
     async with engine.begin() as conn:
         await conn.execute(
@@ -446,7 +447,7 @@ async def test_sms_number_normalised_or_skipped(
 async def test_push_token_rechecked_and_invalidated(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-CHAN-12..14, R-CHAN-16, R-CHAN-18, R-FANOUT-6: each token is its own delivery; a token
+    """R-CHAN-12, R-CHAN-13, R-CHAN-14, R-CHAN-16, R-CHAN-18, R-FANOUT-6: each token is its own delivery; a token
     invalidated after the fan-out is skipped; a provider's "unregistered" deactivates the token in
     the same send; the platform is passed; no destination hint is kept."""
     async with engine.begin() as conn:
@@ -501,7 +502,7 @@ async def test_push_token_rechecked_and_invalidated(
 async def test_replay(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-DLQ-4, R-DLQ-5, R-DLQ-12..16, R-SCHEMA-26, R-PLAT-6, decision 7: replay inserts a new queued
+    """R-DLQ-4, R-DLQ-5, R-DLQ-12, R-DLQ-13, R-DLQ-14, R-DLQ-15, R-DLQ-16, R-SCHEMA-26, R-PLAT-6, decision 7: replay inserts a new queued
     row pointing at the original, leaves the original's evidence, records who replayed, and a
     second replay is refused; the replay is sent like any delivery."""
     await email_delivery(engine, tenant)
@@ -601,7 +602,8 @@ async def test_replay_refuses_outsiders(engine: AsyncEngine, tenant: str) -> Non
 async def test_claims_are_disjoint(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-STATE-16, R-STATE-17: two workers claiming at once never take the same row."""
+    """R-STATE-1, R-STATE-8, R-STATE-16, R-STATE-17: the claim is one conditional UPDATE over queued rows;
+    two workers claiming at once never take the same row."""
     from herald.delivery import queries as dq
 
     async with engine.begin() as conn:

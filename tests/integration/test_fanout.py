@@ -409,7 +409,7 @@ async def test_in_app_uses_recipient_locale_and_override(engine: AsyncEngine, te
 async def test_worker_publishes_after_commit(
     engine: AsyncEngine, settings: Settings, tenant: str
 ) -> None:
-    """R-REALTIME-5, R-REALTIME-7, R-OPS-9..11: the running worker wakes on the send's NOTIFY, fans out,
+    """R-REALTIME-5, R-REALTIME-7, R-OPS-9, R-OPS-10, R-OPS-11: the running worker wakes on the send's NOTIFY, fans out,
     then publishes per in-app recipient without title or body; stop drains it cleanly."""
     await school(engine, tenant, students=2)
     published: list[InAppNotice] = []

@@ -141,7 +141,7 @@ async def test_password_reset_leaves_no_trace(
     smtp_settings: Settings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """R-SECRET-1..7, R-SECRET-9, R-SECRET-15, R-SECRET-16, R-SCHEMA-13, R-DLQ-3: the host stashes the
+    """R-SECRET-1, R-SECRET-2, R-SECRET-3, R-SECRET-4, R-SECRET-5, R-SECRET-6, R-SECRET-7, R-SECRET-9, R-SECRET-15, R-SECRET-16, R-SCHEMA-13, R-DLQ-3: the host stashes the
     token over HTTP and sends a reference; the email the real SMTP server receives carries the
     token, and afterwards it is in no table, no log line, no dead letter and no last_error."""
     caplog.set_level(logging.DEBUG, logger="herald")

@@ -61,7 +61,8 @@ async def count_events(engine: AsyncEngine, tenant: str) -> int:
 async def test_rollback_leaves_nothing(
     engine: AsyncEngine, registry: Registry, tenant: str
 ) -> None:
-    """R-SEND-3, R-SCHEMA-10, R-PLAT-1: the event commits or rolls back with the host's transaction."""
+    """R-SEND-3, R-SEND-2, R-SCHEMA-10, R-PLAT-1: the event commits or rolls back with the host's
+    transaction, and send() writes only that one row."""
     async with engine.connect() as conn:
         tx = await conn.begin()
         result = await asend(conn, announcement(tenant), registry=registry)
@@ -72,6 +73,14 @@ async def test_rollback_leaves_nothing(
     async with engine.begin() as conn:
         await asend(conn, announcement(tenant), registry=registry)
     assert await count_events(engine, tenant) == 1
+    # R-SEND-2: send() wrote the event and nothing else — no recipient, no delivery.
+    async with engine.connect() as conn:
+        for table in (s.notification_recipient, s.notification_delivery):
+            assert (
+                await conn.execute(
+                    select(func.count()).select_from(table).where(table.c.tenant_id == tenant)
+                )
+            ).scalar_one() == 0
 
 
 def test_sync_send_rolls_back_with_host(
@@ -315,8 +324,10 @@ async def test_collapse_dedupes_domain_facts(
 async def test_repeatable_folds_request_id(
     engine: AsyncEngine, registry: Registry, tenant: str
 ) -> None:
-    """R-DEDUPE-9, R-DEDUPE-11, R-DEDUPE-12: a repeatable kind makes a new event per call unless the
-    caller repeats its request id."""
+    """R-DEDUPE-1, R-DEDUPE-9, R-DEDUPE-11, R-DEDUPE-12, R-DEDUPE-13: a repeatable kind makes a new event
+    per call unless the caller repeats its request id; reminder kinds collapse."""
+    reminder = registry.get("attendance.reminder")
+    assert reminder is not None and reminder.dedupe == "collapse"
     reset = {
         "tenant_id": tenant,
         "kind": "auth.password_reset",

@@ -110,7 +110,7 @@ def test_email_subject_is_collapsed_for_a_crlf_injection() -> None:
 @given(route=hostile, minutes=hostile)
 def test_telegram_values_are_escaped_and_the_result_is_valid(route: str, minutes: str) -> None:
     """R-RENDER-35: every value substituted into a Telegram template is HTML-escaped, so the
-    message still passes the Telegram template rules (R-RENDER-29..34)."""
+    message still passes the Telegram template rules (R-RENDER-29, R-RENDER-30, R-RENDER-31, R-RENDER-32, R-RENDER-33, R-RENDER-34)."""
     rendered = render(TRANSPORT_DELAY, "telegram", "en", {"route": route, "minutes": minutes})
     assert rendered is not None
     assert rendered.body == (

@@ -1,0 +1,62 @@
+"""Provider construction and the boot checks: required channels, mocks, one warning each."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from herald.channels.providers import build_providers, check_providers, configured_channels
+from herald.config import Settings
+from herald.errors import ConfigurationError
+
+
+def test_every_provider_is_built_without_credentials() -> None:
+    """R-PROVIDER-13, R-PROVIDER-3: one provider per channel, constructed whether or not credentials
+    exist, each saying whether it is configured."""
+    providers = build_providers(Settings())
+    assert sorted(providers) == ["email", "push", "sms", "telegram"]
+    assert not any(p.is_configured() for p in providers.values())
+    assert configured_channels(providers) == []
+
+
+def test_required_unconfigured_channel_refuses_to_boot() -> None:
+    """R-PROVIDER-16, R-PROVIDER-26, R-PROVIDER-17: a channel named in HERALD_REQUIRED_CHANNELS with no
+    provider stops the process; requirement is per channel, so other unconfigured channels are fine."""
+    settings = Settings(required_channels="sms", email_provider="mock")
+    with pytest.raises(ConfigurationError, match="sms"):
+        check_providers(settings, build_providers(settings))
+    ok = Settings(required_channels="email", email_provider="mock")
+    check_providers(
+        ok, build_providers(ok)
+    )  # email is configured (mock); sms/push/telegram are not
+
+
+def test_required_mock_refuses_to_boot_in_production() -> None:
+    """R-PROVIDER-19, R-PROVIDER-18: a mock reports itself configured, so requiring it passes in
+    development but refuses to boot in production, where it would look healthy and send nothing."""
+    dev = Settings(required_channels="email", email_provider="mock")
+    check_providers(dev, build_providers(dev))
+    prod = Settings(required_channels="email", email_provider="mock", environment="production")
+    with pytest.raises(ConfigurationError, match="mock"):
+        check_providers(prod, build_providers(prod))
+
+
+def test_one_boot_warning_per_mock_or_unconfigured_channel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R-OBS-2, R-OBS-3: at boot, one WARN per mock ("recorded, not sent") and per unconfigured channel
+    ("skipped_unconfigured, re-driven"); nothing for a configured one."""
+    settings = Settings(email_provider="mock", smtp_host=None)
+    with caplog.at_level(logging.WARNING, logger="herald.channels.providers"):
+        check_providers(settings, build_providers(settings))
+    lines = [r.getMessage() for r in caplog.records if r.name == "herald.channels.providers"]
+    assert len(lines) == 4
+    assert sum("mock provider" in line for line in lines) == 1
+    assert sum("skipped_unconfigured" in line for line in lines) == 3
+
+
+def test_unknown_required_channel_is_a_configuration_error() -> None:
+    """R-OPS-14: HERALD_REQUIRED_CHANNELS names only real channels."""
+    with pytest.raises(ValueError, match="fax"):
+        Settings(required_channels="email,fax")
