@@ -33,11 +33,11 @@ CONCURRENCY = {"sms": 2, "email": 4, "push": 8, "telegram": 4}
 # Rows claimed together. Paid, slow SMS keeps its batches to a handful; cheap, fast email and
 # push use larger ones. A batch's leases are renewed while it is being worked (the heartbeat), so
 # rows waiting for their turn behind a slow provider never expire under a live worker.
-BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 100, "push": 100}
+BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 200, "push": 200}
 # Outcomes are written in groups as sends finish — every RECORD_EVERY results, or after
 # RECORD_AFTER_SECONDS — so a worker that dies mid-batch repeats at most one group's unrecorded
 # sends (the at-least-once window), not the whole batch's.
-RECORD_EVERY = 25
+RECORD_EVERY = 50
 RECORD_AFTER_SECONDS = 1.0
 
 
