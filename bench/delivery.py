@@ -209,7 +209,9 @@ def main() -> None:
         migrate.upgrade(url)
         with psycopg.connect(libpq_url(url)) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        print(f"PostgreSQL {version}; {n:,} queued email deliveries; batches of {BATCH}")
+        print(
+            f"PostgreSQL {version}; {n:,} queued email deliveries; bare loop in batches of {BATCH}, Herald as its worker runs"
+        )
         seed(url, n)
         herald_seconds = asyncio.run(herald_path(url, n))
         requeue(url)
