@@ -305,7 +305,7 @@ async def test_backfill_window(
 async def test_lease_expiry_reclaims_then_kills(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """R-REAPER-1, R-REAPER-2, R-REAPER-3, R-REAPER-4, R-REAPER-5, R-REAPER-6, R-STATE-18, R-OBS-5: an expired lease goes back to queued counting an attempt and
+    """R-STATE-4, R-REAPER-1, R-REAPER-2, R-REAPER-3, R-REAPER-4, R-REAPER-5, R-REAPER-6, R-STATE-18, R-OBS-5: an expired lease goes back to queued counting an attempt and
     a lease expiry (not a failure); at the maximum it is dead with a dead letter; an outcome that
     arrives after its lease was reclaimed is not written over the newer state."""
     row = await email_delivery(engine, tenant)

@@ -121,7 +121,7 @@ async def event(engine: AsyncEngine, public_id: uuid.UUID) -> dict[str, Any]:
 
 
 async def test_fan_out_guardians_of_a_class(engine: AsyncEngine, tenant: str) -> None:
-    """R-FANOUT-1, R-FANOUT-2, R-FANOUT-11, R-FANOUT-12, R-SCHEMA-27, R-AUD-11, R-AUD-15: one recipient per
+    """R-FANOUT-1, R-FANOUT-2, R-FANOUT-11, R-FANOUT-12, R-CHAN-17, R-SCHEMA-27, R-AUD-11, R-AUD-15: one recipient per
     guardian, one delivery per channel; in_app delivered with its rendered content and no sent_at;
     email queued with queued_at; the teacher and pupils are not guardians and get nothing."""
     world = await school(engine, tenant)
@@ -150,7 +150,7 @@ async def test_fan_out_guardians_of_a_class(engine: AsyncEngine, tenant: str) ->
 
 
 async def test_preferences_suppress_with_a_row(engine: AsyncEngine, tenant: str) -> None:
-    """R-FANOUT-11, R-PREF-2, R-PREF-11: a suppressed channel still gets a row, skipped_preference with
+    """R-FANOUT-11, R-PREF-2, R-PREF-3, R-PREF-11: a suppressed channel still gets a row, skipped_preference with
     skipped_at; SMS is off by default outside security."""
     world = await school(engine, tenant, students=1)
     async with engine.begin() as conn:
@@ -184,7 +184,7 @@ async def test_zero_recipients_completes_with_warning(
 
 
 async def test_batches_advance_cursor_and_count(engine: AsyncEngine, tenant: str) -> None:
-    """R-FANOUT-7, R-FANOUT-8, R-FANOUT-9, R-AUD-5: pages of two; the cursor advances with each
+    """R-FANOUT-4, R-FANOUT-7, R-FANOUT-8, R-FANOUT-9, R-AUD-5: pages of two; the cursor advances with each
     committed page; the completion count is the COUNT of recipient rows."""
     await school(engine, tenant, students=5)
     event_id = await send_event(engine, tenant)

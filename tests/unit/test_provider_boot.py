@@ -60,3 +60,25 @@ def test_unknown_required_channel_is_a_configuration_error() -> None:
     """R-OPS-14: HERALD_REQUIRED_CHANNELS names only real channels."""
     with pytest.raises(ValueError, match="fax"):
         Settings(required_channels="email,fax")
+
+
+def test_channel_concurrency_is_the_seeds() -> None:
+    """R-CHAN-19: per-channel provider concurrency — sms 2, email 4, push 8 (Telegram 4, under its
+    own rate limiter); SMS, which is paid, also claims in small batches."""
+    from herald.delivery.worker import BATCH_LIMIT, CONCURRENCY
+
+    assert CONCURRENCY == {"sms": 2, "email": 4, "push": 8, "telegram": 4}
+    assert BATCH_LIMIT["sms"] <= 2 * CONCURRENCY["sms"]
+
+
+def test_importing_herald_starts_nothing() -> None:
+    """R-OPS-1, R-OPS-2: importing the library and its API app starts no thread and no worker; workers
+    run only in `herald worker` / `herald dev`."""
+    import subprocess
+    import sys
+
+    code = (
+        "import threading, herald, herald.api.app, herald.sending.service, herald.runtime.worker\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
