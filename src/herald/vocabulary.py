@@ -118,7 +118,7 @@ PERMISSIONS: Final[tuple[str, ...]] = tuple(
     f"{module}_{verb}" for module in PERMISSION_MODULES for verb in PERMISSION_VERBS
 )
 
-EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled"]
+EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)
 
 ApiScope = Literal[

@@ -446,3 +446,42 @@ async def test_worker_publishes_after_commit(
     assert len(published) == 2
     assert {n.kind for n in published} == {"announcement.posted"}
     assert not hasattr(published[0], "title") and not hasattr(published[0], "body")
+
+
+async def test_a_fanout_that_keeps_failing_is_given_up_not_retried_forever(
+    engine: AsyncEngine, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FANOUT-5, R-REAPER-7, R-PLAT-11: a fan-out that fails on every attempt is retried through the
+    reaper, and on its last allowed attempt is marked failed with a dead letter — visible in the
+    event's state — instead of being retried forever in silence. The reaper then leaves it alone."""
+    from herald.fanout.worker import MAX_FANOUT_ATTEMPTS
+    from herald.sending.service import get_event
+
+    await school(engine, tenant, students=1)
+    event_id = await send_event(engine, tenant)
+
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in a resolver")
+
+    monkeypatch.setattr(fanout_queries, "insert_deliveries", broken)
+    for attempt in range(1, MAX_FANOUT_ATTEMPTS + 1):
+        with pytest.raises(RuntimeError):
+            await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=50, tenant_id=tenant)
+        row = await event(engine, event_id)
+        assert row["fanout_attempts"] == attempt
+        async with engine.begin() as conn:  # ten leases later, the reaper releases it
+            released = await fanout.release_stale_claims(conn, older_than_seconds=0)
+        assert (row["id"] in released) == (attempt < MAX_FANOUT_ATTEMPTS)
+
+    row = await event(engine, event_id)
+    assert row["fanout_failed_at"] is not None and row["fanout_completed_at"] is None
+    assert await run_to_completion(engine, tenant) == 0  # nobody claims it again
+    async with engine.connect() as conn:
+        state = await get_event(conn, tenant, event_id)
+        letters = (
+            await conn.execute(select(s.dead_letter).where(s.dead_letter.c.tenant_id == tenant))
+        ).all()
+    assert state["state"] == "failed"
+    assert len(letters) == 1
+    assert letters[0].payload_ref == {"notificationEventPublicId": str(event_id)}
+    assert letters[0].last_error == "FANOUT_FAILED (RuntimeError)"

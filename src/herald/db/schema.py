@@ -215,6 +215,10 @@ notification_event = Table(
     Column("fanout_cursor", BigInteger, nullable=False, server_default=text("0")),
     Column("fanout_completed_at", TZ),
     Column("recipient_count", Integer),
+    # Every claim counts; a fan-out that keeps failing stops after a budget and is dead-lettered
+    # instead of being retried forever.
+    Column("fanout_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("fanout_failed_at", TZ),
     UniqueConstraint("tenant_id", "dedupe_key"),
     vocab_check("category", vocabulary.CATEGORIES, "category"),
     vocab_check("priority", vocabulary.PRIORITIES, "priority"),
@@ -243,6 +247,10 @@ notification_event = Table(
     ),
     CheckConstraint(
         "cancelled_at IS NULL OR fanout_claimed_at IS NULL", name="cancelled_before_fanout"
+    ),
+    CheckConstraint(
+        "fanout_failed_at IS NULL OR (fanout_claimed_at IS NOT NULL AND fanout_completed_at IS NULL)",
+        name="failed_while_claimed",
     ),
     Index("notification_event_occurred_at_idx", "occurred_at"),
     Index("notification_event_tenant_kind_idx", "tenant_id", "kind", "occurred_at"),

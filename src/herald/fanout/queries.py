@@ -34,6 +34,7 @@ class ClaimedEvent:
     action_url: str | None
     occurred_at: datetime
     fanout_cursor: int
+    fanout_attempts: int = 1
 
 
 async def claim_event(
@@ -216,3 +217,7 @@ async def release_own_claim(conn: AsyncConnection, event_id: int, token: uuid.UU
 
 async def wake_if_due(conn: AsyncConnection) -> None:
     await conn.execute(SQL["wake_if_due"])
+
+
+async def fail_fanout(conn: AsyncConnection, event_id: int, token: uuid.UUID, error: str) -> None:
+    await conn.execute(SQL["fail_fanout"], {"event_id": event_id, "token": token, "error": error})

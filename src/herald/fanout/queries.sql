@@ -4,7 +4,7 @@
 -- The claim is stamped before any work (R-FANOUT-4) with a token only this worker knows, and
 -- SKIP LOCKED keeps two workers off one event (R-PLAT-2).
 UPDATE notification_event e
-   SET fanout_claimed_at = now(), fanout_claim_token = :token
+   SET fanout_claimed_at = now(), fanout_claim_token = :token, fanout_attempts = e.fanout_attempts + 1
  WHERE e.id = (
         SELECT c.id
           FROM notification_event c
@@ -17,7 +17,7 @@ UPDATE notification_event e
          LIMIT 1
            FOR UPDATE SKIP LOCKED)
 RETURNING e.id, e.tenant_id, e.public_id, e.kind, e.category, e.priority, e.audience, e.channels,
-          e.variables, e.action_url, e.occurred_at, e.fanout_cursor;
+          e.variables, e.action_url, e.occurred_at, e.fanout_cursor, e.fanout_attempts;
 
 -- name: lock_claimed_event
 -- Re-check, under the row lock, that this worker still owns the claim: if the reaper released it
@@ -88,6 +88,7 @@ UPDATE notification_event e
           FROM notification_event c
          WHERE c.fanout_claimed_at IS NOT NULL
            AND c.fanout_completed_at IS NULL
+           AND c.fanout_failed_at IS NULL
            AND c.fanout_claimed_at < now() - make_interval(secs => :older_than_seconds)
          ORDER BY c.fanout_claimed_at
          LIMIT :limit
@@ -109,3 +110,19 @@ SELECT pg_notify('herald_fanout', '')
         SELECT 1 FROM notification_event
          WHERE fanout_claimed_at IS NULL AND fanout_completed_at IS NULL AND cancelled_at IS NULL
            AND coalesce(scheduled_for, created_at) <= now());
+
+-- name: fail_fanout
+-- A fan-out that failed on its last allowed attempt stops here: the event keeps its claim (so no
+-- poller or reaper takes it again), is marked failed, and gets a dead letter an operator can see.
+-- Nothing is retried forever in silence.
+WITH failed AS (
+    UPDATE notification_event
+       SET fanout_failed_at = now()
+     WHERE id = :event_id AND fanout_claim_token = :token
+       AND fanout_completed_at IS NULL AND fanout_failed_at IS NULL
+    RETURNING id, tenant_id, public_id, fanout_attempts
+)
+INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
+SELECT tenant_id, 'notification.fanout', 'fan_out', public_id::text,
+       jsonb_build_object('notificationEventPublicId', public_id::text), fanout_attempts, :error
+  FROM failed;

@@ -242,3 +242,8 @@ async def release_claim(conn: AsyncConnection, event: ClaimedEvent, token: uuid.
 async def wake_if_due(conn: AsyncConnection) -> None:
     """Reaper sweep 4: a NOTIFY when a due, unclaimed event is waiting."""
     await queries.wake_if_due(conn)
+
+
+async def give_up(conn: AsyncConnection, event: ClaimedEvent, token: uuid.UUID, error: str) -> None:
+    """Mark the event's fan-out failed and dead-letter it (its attempt budget is spent)."""
+    await queries.fail_fanout(conn, event.id, token, error)

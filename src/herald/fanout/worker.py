@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[Sequence[InAppNotice]], Awaitable[None]]
 
+# Claims of one event before a failing fan-out is given up (each retry waits ten leases).
+MAX_FANOUT_ATTEMPTS = 5
+
 
 async def fan_out_next_event(
     engine: AsyncEngine,
@@ -40,10 +43,24 @@ async def fan_out_next_event(
                 await service.release_claim(conn, event, token)
             log.info("drain: released event %s at its cursor", event.public_id)
             return True
-        async with engine.begin() as conn:
-            outcome = await service.fan_out_batch(
-                conn, event, token, registry=registry, batch_size=batch_size
-            )
+        try:
+            async with engine.begin() as conn:
+                outcome = await service.fan_out_batch(
+                    conn, event, token, registry=registry, batch_size=batch_size
+                )
+        except Exception as exc:
+            if event.fanout_attempts >= MAX_FANOUT_ATTEMPTS:
+                # The last allowed attempt: stop and say so, instead of retrying forever.
+                async with engine.begin() as conn:
+                    await service.give_up(
+                        conn, event, token, f"FANOUT_FAILED ({type(exc).__name__})"
+                    )
+                log.error(
+                    "event %s: fan-out failed %d times; marked failed and dead-lettered",
+                    event.public_id,
+                    event.fanout_attempts,
+                )
+            raise
         # After commit, never inside the batch: a rolled-back batch tells nobody (R-REALTIME-5).
         if publish is not None and outcome.in_app:
             try:

@@ -53,6 +53,7 @@ async def event_status(
                 e.c.cancelled_at,
                 e.c.fanout_claimed_at,
                 e.c.fanout_completed_at,
+                e.c.fanout_failed_at,
                 e.c.recipient_count,
                 func.now().label("now"),
             ).where(e.c.tenant_id == tenant_id, e.c.public_id == public_id)

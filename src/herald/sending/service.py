@@ -320,6 +320,8 @@ def build_dedupe_key(
 def event_state(row: Mapping[str, Any]) -> str:
     if row["cancelled_at"] is not None:
         return "cancelled"
+    if row["fanout_failed_at"] is not None:
+        return "failed"
     if row["fanout_completed_at"] is not None:
         return "completed"
     if row["fanout_claimed_at"] is not None:

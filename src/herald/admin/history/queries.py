@@ -34,6 +34,7 @@ _EVENT_COLUMNS = (
     e.c.occurred_at,
     e.c.cancelled_at,
     e.c.fanout_claimed_at,
+    e.c.fanout_failed_at,
     e.c.fanout_completed_at,
     e.c.recipient_count,
     func.now().label("now"),
@@ -59,8 +60,15 @@ def state_predicate(state: str) -> ColumnElement[bool]:
         return e.c.cancelled_at.is_not(None)
     if state == "completed":
         return and_(live, e.c.fanout_completed_at.is_not(None))
+    if state == "failed":
+        return and_(live, e.c.fanout_failed_at.is_not(None))
     if state == "fanning_out":
-        return and_(live, e.c.fanout_completed_at.is_(None), e.c.fanout_claimed_at.is_not(None))
+        return and_(
+            live,
+            e.c.fanout_completed_at.is_(None),
+            e.c.fanout_claimed_at.is_not(None),
+            e.c.fanout_failed_at.is_(None),
+        )
     if state == "scheduled":
         return and_(unclaimed, e.c.scheduled_for > func.now())
     if state == "pending":
