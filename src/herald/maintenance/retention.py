@@ -151,6 +151,33 @@ async def prune_events(
     return report
 
 
+DeleteAged = Callable[..., Awaitable[int]]
+
+
+async def _prune_table(
+    engine: AsyncEngine,
+    settings: Settings,
+    level: str,
+    delete: DeleteAged,
+    days: int,
+    *,
+    report: RetentionReport | None,
+    max_batches: int | None,
+    on_statement: StatementHook | None,
+) -> RetentionReport:
+    """One single-table retention: bounded deletes of rows older than `days`, counted on the
+    report field named `level`."""
+    report = report if report is not None else RetentionReport()
+    runner = _Runner(engine, settings, report, max_batches, on_statement)
+    limit = settings.retention_batch_size
+
+    async def statement(conn: AsyncConnection) -> int:
+        return await delete(conn, days=days, limit=limit)
+
+    setattr(report, level, getattr(report, level) + await runner.level(level, statement))
+    return report
+
+
 async def prune_push_tokens(
     engine: AsyncEngine,
     settings: Settings,
@@ -160,15 +187,16 @@ async def prune_push_tokens(
     on_statement: StatementHook | None = None,
 ) -> RetentionReport:
     """Push tokens invalidated more than push_token_retention_days ago (R-RETENTION-10)."""
-    report = report if report is not None else RetentionReport()
-    runner = _Runner(engine, settings, report, max_batches, on_statement)
-    days, limit = settings.push_token_retention_days, settings.retention_batch_size
-
-    async def tokens(conn: AsyncConnection) -> int:
-        return await queries.delete_invalidated_push_tokens(conn, days=days, limit=limit)
-
-    report.push_tokens += await runner.level("push_tokens", tokens)
-    return report
+    return await _prune_table(
+        engine,
+        settings,
+        "push_tokens",
+        queries.delete_invalidated_push_tokens,
+        settings.push_token_retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
 
 
 async def prune_feed(
@@ -180,15 +208,16 @@ async def prune_feed(
     on_statement: StatementHook | None = None,
 ) -> RetentionReport:
     """Operations-feed rows older than feed_retention_days, receipts by cascade (R-RETENTION-11)."""
-    report = report if report is not None else RetentionReport()
-    runner = _Runner(engine, settings, report, max_batches, on_statement)
-    days, limit = settings.feed_retention_days, settings.retention_batch_size
-
-    async def feed(conn: AsyncConnection) -> int:
-        return await queries.delete_aged_feed_notifications(conn, days=days, limit=limit)
-
-    report.feed_notifications += await runner.level("feed_notifications", feed)
-    return report
+    return await _prune_table(
+        engine,
+        settings,
+        "feed_notifications",
+        queries.delete_aged_feed_notifications,
+        settings.feed_retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
 
 
 async def prune_operational_emails(
@@ -200,15 +229,16 @@ async def prune_operational_emails(
     on_statement: StatementHook | None = None,
 ) -> RetentionReport:
     """Sent or skipped operational emails older than retention_days; dead ones stay."""
-    report = report if report is not None else RetentionReport()
-    runner = _Runner(engine, settings, report, max_batches, on_statement)
-    days, limit = settings.retention_days, settings.retention_batch_size
-
-    async def emails(conn: AsyncConnection) -> int:
-        return await queries.delete_finished_operational_emails(conn, days=days, limit=limit)
-
-    report.operational_emails += await runner.level("operational_emails", emails)
-    return report
+    return await _prune_table(
+        engine,
+        settings,
+        "operational_emails",
+        queries.delete_finished_operational_emails,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
 
 
 async def run_retention(
