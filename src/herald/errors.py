@@ -359,3 +359,30 @@ class OperationalEmailInvalid(ValidationFailed):
     """An operational email needs a subject and one to three label/value rows."""
 
     code = "OPERATIONAL_EMAIL_INVALID"
+
+
+class ServiceUnavailable(HeraldError):
+    """A service Herald depends on is unavailable; try again shortly."""
+
+    code = "SERVICE_UNAVAILABLE"
+    status = 503
+    # Seconds a client should wait before trying again (the Retry-After header).
+    retry_after: ClassVar[int] = 2
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database is unavailable (stopped, restarting or being switched); try again shortly."""
+
+    code = "DATABASE_UNAVAILABLE"
+
+
+class RedisUnavailable(ServiceUnavailable):
+    """Redis (the secret vault and realtime transport) is unavailable; try again shortly."""
+
+    code = "REDIS_UNAVAILABLE"
+
+
+class InternalError(HeraldError):
+    """Something unexpected went wrong inside Herald; it has been logged."""
+
+    code = "INTERNAL_ERROR"

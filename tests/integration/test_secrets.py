@@ -177,8 +177,10 @@ async def test_password_reset_leaves_no_trace(
     assert (
         row.status == "sent" and row.rendered_body is None and row.rendered_hash is None
     )  # R-SECRET-5
-    # Single use: the reference resolves no more (R-SECRET-9).
-    assert await secrets.resolve(vault, tenant, ref) is None
+    # Single use: the reference resolves no more (R-SECRET-9), not even for the delivery that
+    # claimed it: its claim was released once the outcome was recorded.
+    assert await secrets.resolve(vault, tenant, ref, holder=str(row.public_id)) is None
+    assert await secrets.resolve(vault, tenant, ref, holder="another-delivery") is None
 
 
 async def test_dead_letter_of_a_secret_send_holds_no_secret(
@@ -295,9 +297,15 @@ async def test_table_vault_is_encrypted_single_use_and_expiring(
         vault, tenant_id=tenant, type="otp", values={"code": "493817"}, ttl_seconds=600
     )
     assert await tables_containing(engine, "493817") == []
-    assert await secrets.resolve(vault, f"{tenant}-other", ref) is None  # tenant-scoped
-    assert await secrets.resolve(vault, tenant, ref) == {"code": "493817"}
-    assert await secrets.resolve(vault, tenant, ref) is None
+    assert (
+        await secrets.resolve(vault, f"{tenant}-other", ref, holder="d1") is None
+    )  # tenant-scoped
+    assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "493817"}
+    # The same delivery may read its claim again (a read whose answer was lost); nobody else may.
+    assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "493817"}
+    assert await secrets.resolve(vault, tenant, ref, holder="d2") is None
+    await secrets.release(vault, tenant, ref, holder="d1")
+    assert await secrets.resolve(vault, tenant, ref, holder="d1") is None
 
     expired = await secrets.stash(
         vault, tenant_id=tenant, type="otp", values={"code": "1"}, ttl_seconds=600
@@ -309,13 +317,16 @@ async def test_table_vault_is_encrypted_single_use_and_expiring(
             ),
             {"t": tenant},
         )
-    assert await secrets.resolve(vault, tenant, expired) is None
+    assert await secrets.resolve(vault, tenant, expired, holder="d1") is None
 
     other_key = await secrets.stash(
         vault, tenant_id=tenant, type="otp", values={"code": "2"}, ttl_seconds=600
     )
     assert (
-        await secrets.resolve(TableVault(engine, Fernet.generate_key()), tenant, other_key) is None
+        await secrets.resolve(
+            TableVault(engine, Fernet.generate_key()), tenant, other_key, holder="d1"
+        )
+        is None
     )
     async with engine.connect() as conn:
         persistence = (
@@ -339,11 +350,15 @@ async def test_redis_vault_getdel_and_ttl(redis_url: str, tenant: str) -> None:
         )
         client = redis.from_url(redis_url)
         ttl = await client.ttl(f"herald:secret:{tenant}:{ref.split(':', 1)[1]}")
-        await client.aclose()
         assert 0 < ttl <= 120
-        assert await secrets.resolve(vault, tenant, ref) == {"code": "771204"}
-        assert await secrets.resolve(vault, tenant, ref) is None
+        assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "771204"}
+        assert await client.exists(f"herald:secret:{tenant}:{ref.split(':', 1)[1]}") == 0
+        assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "771204"}
+        assert await secrets.resolve(vault, tenant, ref, holder="d2") is None
+        await secrets.release(vault, tenant, ref, holder="d1")
+        assert await secrets.resolve(vault, tenant, ref, holder="d1") is None
     finally:
+        await client.aclose()
         await vault.aclose()
 
 
@@ -373,9 +388,9 @@ async def test_stash_validation(client: AsyncClient, engine: AsyncEngine, tenant
 async def test_transient_failure_keeps_the_secret_for_the_retry(
     engine: AsyncEngine, tenant: str, smtp: SmtpTestServer, smtp_settings: Settings, vault: Vault
 ) -> None:
-    """R-SECRET-4, R-SECRET-9, R-STATE-10: a temporary SMTP refusal hands the consumed token back to
-    the vault (never to a table), so the retry still sends the reset email; after the successful
-    send the reference resolves no more."""
+    """R-SECRET-4, R-SECRET-9, R-STATE-10: after a temporary SMTP refusal the delivery keeps its
+    claim on the token (in the vault, never a table), so the retry still sends the reset email;
+    after the successful send the claim is released and the reference resolves no more."""
     from sqlalchemy import func, update
 
     smtp.handler.refuse_rcpt = "451 4.3.0 try again later"
@@ -398,7 +413,15 @@ async def test_transient_failure_keeps_the_secret_for_the_retry(
     await deliver_email(engine, smtp_settings, vault, tenant)
     [received] = smtp.handler.received
     assert TOKEN in body_text(received.content)
-    assert await secrets.resolve(vault, tenant, ref) is None
+    async with engine.connect() as conn:
+        delivery_id = (
+            await conn.execute(
+                select(s.notification_delivery.c.public_id).where(
+                    s.notification_delivery.c.tenant_id == tenant
+                )
+            )
+        ).scalar_one()
+    assert await secrets.resolve(vault, tenant, ref, holder=str(delivery_id)) is None
     assert await tables_containing(engine, TOKEN) == []
 
 
@@ -410,7 +433,15 @@ class _DownVault:
     ) -> None:
         raise ConnectionError("vault down")
 
-    async def take(self, tenant_id: str, ref_id: str) -> dict[str, str] | None:
+    remote = True
+
+    async def claim(self, tenant_id: str, ref_id: str, holder: str) -> dict[str, str] | None:
+        raise ConnectionError("vault down")
+
+    async def release(self, tenant_id: str, ref_id: str, holder: str) -> None:
+        raise ConnectionError("vault down")
+
+    async def ping(self) -> None:
         raise ConnectionError("vault down")
 
     async def aclose(self) -> None:

@@ -5,18 +5,30 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import psycopg
+import redis.exceptions
+import sqlalchemy.exc
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from herald.api.deps import AppState, transaction
+from herald.api.deps import AppState
 from herald.config import Settings
 from herald.db import health
-from herald.errors import HeraldError
+from herald.errors import (
+    DatabaseUnavailable,
+    HeraldError,
+    InternalError,
+    RedisUnavailable,
+    ServiceUnavailable,
+)
 from herald.kinds import Registry
 from herald.realtime.hub import RealtimeHub, build_hub
+from herald.runtime import outages
 from herald.secrets.vault import Vault, build_vault
 
 log = logging.getLogger(__name__)
@@ -24,6 +36,18 @@ log = logging.getLogger(__name__)
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
+
+
+def unavailable_response(error: ServiceUnavailable, **extra: Any) -> JSONResponse:
+    return JSONResponse(
+        {**extra, **error_body(error.code, error.message)},
+        status_code=error.status,
+        headers={"Retry-After": str(error.retry_after)},
+    )
+
+
+def outage_error(dependency: str) -> ServiceUnavailable:
+    return DatabaseUnavailable() if dependency == outages.DATABASE else RedisUnavailable()
 
 
 def create_app(
@@ -54,9 +78,40 @@ def create_app(
         realtime=hub,
     )
 
+    _note_database_recoveries(engine)
+
     @app.exception_handler(HeraldError)
     async def herald_error(_: Request, exc: HeraldError) -> JSONResponse:
+        if isinstance(exc, ServiceUnavailable):
+            return unavailable_response(exc)
         return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+
+    # A dependency's outage is a quick 503 with Retry-After in Herald's envelope, logged once per
+    # outage and never with a traceback; any other escaped error is a 500 in the same envelope.
+    async def dependency_error(request: Request, exc: Exception) -> JSONResponse:
+        dependency = outages.unavailable(exc)
+        if dependency is None:
+            log.error(
+                "%s %s failed: %s",
+                request.method,
+                request.url.path,
+                outages.describe(exc),
+                exc_info=exc,
+            )
+            return JSONResponse(error_body(InternalError.code, InternalError().message), 500)
+        outages.state(dependency).failed(exc)
+        return unavailable_response(outage_error(dependency))
+
+    for error_class in (
+        sqlalchemy.exc.SQLAlchemyError,
+        psycopg.Error,
+        redis.exceptions.RedisError,
+    ):
+        app.add_exception_handler(error_class, dependency_error)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return await dependency_error(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -71,14 +126,29 @@ def create_app(
         return {"status": "ok"}
 
     @app.get("/readyz", include_in_schema=False)
-    async def readyz(request: Request) -> dict[str, str]:
-        async with transaction(request) as conn:
-            await health.ping(conn)
-        return {"status": "ready"}
+    async def readyz(request: Request) -> JSONResponse:
+        """Ready when every dependency answers within a second or two; else 503 naming each one
+        that does not."""
+        herald_state: AppState = request.app.state.herald
+        checks = await health.check(herald_state.engine, herald_state.vault)
+        down = [name for name, result in checks.items() if result != "ok"]
+        if not down:
+            return JSONResponse({"status": "ready", "checks": checks})
+        return unavailable_response(outage_error(down[0]), status="unavailable", checks=checks)
 
     for router in _routers():
         app.include_router(router)
     return app
+
+
+def _note_database_recoveries(engine: AsyncEngine) -> None:
+    """A new pooled connection means the database answers: the end of an outage, if one was on."""
+    if not event.contains(engine.sync_engine, "connect", _database_answered):
+        event.listen(engine.sync_engine, "connect", _database_answered)
+
+
+def _database_answered(*_: object) -> None:
+    outages.state(outages.DATABASE).succeeded()
 
 
 def _routers() -> list[APIRouter]:

@@ -212,6 +212,9 @@ notification_event = Table(
     # Fan-out claim and completion are separate columns (R-SCHEMA-11, R-FANOUT-4).
     Column("fanout_claimed_at", TZ),
     Column("fanout_claim_token", UUID(as_uuid=True)),
+    # The claiming worker's presence key (herald.runtime.presence): when its advisory lock is gone,
+    # the worker is, and the claim is released at once instead of after ten leases.
+    Column("fanout_claimed_by", Integer),
     Column("fanout_cursor", BigInteger, nullable=False, server_default=text("0")),
     Column("fanout_completed_at", TZ),
     Column("recipient_count", Integer),
@@ -660,6 +663,9 @@ secret_vault = Table(
     Column("ciphertext", LargeBinary, nullable=False),
     _created_at(),
     Column("expires_at", TZ, nullable=False),
+    # The delivery that claimed the entry: it alone may read it again until its outcome is
+    # recorded and the entry released (a read whose answer was lost must be safe to repeat).
+    Column("holder", Text),
     Index("secret_vault_expires_at_idx", "expires_at"),
     prefixes=["UNLOGGED"],
 )

@@ -15,7 +15,9 @@ on its own so one bad row never loses another's outcome.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +29,7 @@ from herald.delivery import queries
 from herald.delivery.backoff import backoff_seconds
 from herald.delivery.queries import OutcomeRows
 from herald.delivery.send import Prepared
+from herald.runtime import outages
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,17 @@ class Result:
 
     prepared: Prepared
     outcome: ProviderOutcome | None = None
+
+
+def will_retry(result: Result, settings: Settings) -> bool:
+    """True when the outcome schedules another attempt (a retryable failure with attempts left)."""
+    outcome = result.outcome
+    return (
+        outcome is not None
+        and outcome.outcome == "failed"
+        and outcome.retryable
+        and result.prepared.context["attempts"] + 1 < settings.max_attempts
+    )
 
 
 def last_error(outcome: ProviderOutcome, channel: str) -> str:
@@ -78,7 +92,7 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
         else:
             attempt_inc, failure_inc, called = 1, 1, True
             error = last_error(outcome, ctx["channel"])
-            if outcome.retryable and ctx["attempts"] + 1 < settings.max_attempts:
+            if will_retry(result, settings):
                 status, outcome_name = "failed", "failed"
                 delay = backoff_seconds(
                     ctx["failure_count"] + 1,
@@ -110,32 +124,63 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
 
 async def record(engine: AsyncEngine, results: Sequence[Result], settings: Settings) -> set[int]:
     """Write every outcome; returns the ids written. Side effects of an outcome (a dead push token,
-    a bot the person blocked) are applied in the same transaction as the row (R-CHAN-16)."""
+    a bot the person blocked) are applied in the same transaction as the row (R-CHAN-16).
+
+    While the database is unavailable the write is retried with backoff for up to one lease: the
+    sends already happened, and recording them when the database is back spares their recipients
+    a second copy after the leases expire."""
     rows = plan(results, settings)
-    try:
-        async with engine.begin() as conn:
-            written = await queries.record_outcomes(conn, rows)
-            await _side_effects(conn, results, written)
-    except Exception:
-        log.exception("batch record failed; recording the %d outcomes one by one", len(rows))
-        written = set()
-        for index, result in enumerate(results):
-            try:
-                async with engine.begin() as conn:
-                    one = await queries.record_outcomes(conn, rows.row(index))
-                    await _side_effects(conn, [result], one)
-                written |= one
-            except Exception:
-                log.exception(
-                    "could not record delivery %s; its lease will expire and the reaper retries it",
-                    result.prepared.context["public_id"],
+    database = outages.state(outages.DATABASE)
+    backoff = outages.Backoff()
+    deadline = time.monotonic() + settings.lease_seconds
+    while True:
+        try:
+            async with engine.begin() as conn:
+                written = await queries.record_outcomes(conn, rows)
+                await _side_effects(conn, results, written)
+            database.succeeded()
+            break
+        except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is None:
+                written = await _record_one_by_one(engine, results, rows)
+                break
+            outages.state(dependency).failed(exc)
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "%d outcome(s) not recorded: the database was unavailable for a whole lease; "
+                    "the reaper will re-queue those deliveries once it is back",
+                    len(rows),
                 )
+                return set()
+            await asyncio.sleep(backoff.next_delay())
     lost = set(rows.ids) - written
     if lost:
         # The reaper reclaimed these while the provider call was open: the newer state stands.
         log.warning(
             "%d outcome(s) arrived after their lease was reclaimed and were not written", len(lost)
         )
+    return written
+
+
+async def _record_one_by_one(
+    engine: AsyncEngine, results: Sequence[Result], rows: OutcomeRows
+) -> set[int]:
+    """The batch statement failed for a reason other than an outage: write each row on its own,
+    so one bad row never loses another's outcome."""
+    log.exception("batch record failed; recording the %d outcomes one by one", len(rows))
+    written: set[int] = set()
+    for index, result in enumerate(results):
+        try:
+            async with engine.begin() as conn:
+                one = await queries.record_outcomes(conn, rows.row(index))
+                await _side_effects(conn, [result], one)
+            written |= one
+        except Exception:
+            log.exception(
+                "could not record delivery %s; its lease will expire and the reaper retries it",
+                result.prepared.context["public_id"],
+            )
     return written
 
 

@@ -41,9 +41,9 @@ class Prepared:
     rendered: Rendered | None = None
     # False for kinds that carry secrets: their rendering (and its hash) is never stored (R-SECRET-5).
     persist: bool = False
-    # The secret this send consumed, held in memory only so that a send that did not go out can
-    # hand it back to the vault for its retry. Never logged, never stored in a table.
-    secret: tuple[str, dict[str, str]] | None = field(default=None, repr=False)
+    # The reference of the secret this delivery claimed: released once the outcome is recorded
+    # final, kept for a retry otherwise. The values themselves live only in the message.
+    secret_ref: str | None = field(default=None, repr=False)
 
 
 async def prepare(
@@ -73,7 +73,9 @@ async def prepare(
     secret_values: dict[str, str] = {}
     ref = event_variables.pop("secretRef", None)
     if ref is not None:
-        found = await secrets.resolve(vault, context["tenant_id"], ref)
+        found = await secrets.resolve(
+            vault, context["tenant_id"], ref, holder=str(context["public_id"])
+        )
         if found is None:
             return Prepared(context, skip="skipped_no_destination")  # R-SECRET-11
         secret_values = found
@@ -83,13 +85,19 @@ async def prepare(
     values = {**event_variables, **(context["recipient_variables"] or {}), **secret_values}
     rendered = render(kind, channel, context["locale"], values, overrides)
     if rendered is None:
-        return Prepared(context, skip="skipped_no_template")
+        return Prepared(context, skip="skipped_no_template", secret_ref=ref)
     persist = kind.persist_rendered and not kind.secret_variables
 
     # Address.
     to, hint, platform = _address(context, secret_values, settings)
     if to is None:
-        return Prepared(context, skip="skipped_no_destination", rendered=rendered, persist=persist)
+        return Prepared(
+            context,
+            skip="skipped_no_destination",
+            rendered=rendered,
+            persist=persist,
+            secret_ref=ref,
+        )
     message = Message(
         channel=channel,
         to=to,
@@ -109,7 +117,7 @@ async def prepare(
         destination_hint=hint,
         rendered=rendered,
         persist=persist,
-        secret=(ref, secret_values) if ref is not None else None,
+        secret_ref=ref,
     )
 
 

@@ -22,6 +22,7 @@ from herald.delivery.recorder import Result
 from herald.delivery.send import Prepared, prepare
 from herald.kinds import Registry
 from herald.rendering.render import Override, OverrideKey
+from herald.runtime import outages
 from herald.secrets import service as secrets
 from herald.secrets.service import SecretVaultUnavailable
 from herald.secrets.vault import Vault
@@ -87,13 +88,27 @@ async def deliver_batch(
                 len(pending) >= RECORD_EVERY
                 or time.monotonic() - last_flush >= RECORD_AFTER_SECONDS
             ):
-                await recorder.record(engine, pending, settings)
+                await _record(engine, vault, pending, settings)
                 pending, last_flush = [], time.monotonic()
     finally:
         heartbeat.cancel()
         if pending:
-            await recorder.record(engine, pending, settings)
+            await _record(engine, vault, pending, settings)
     return len(contexts)
+
+
+async def _record(
+    engine: AsyncEngine, vault: Vault, results: Sequence[Result], settings: Settings
+) -> None:
+    """Record outcomes, then release the secrets of deliveries that are finished: only once the
+    outcome is written may nothing read the secret again (a crash in between retries the send)."""
+    written = await recorder.record(engine, results, settings)
+    for result in results:
+        ref = result.prepared.secret_ref
+        context = result.prepared.context
+        if ref is None or context["id"] not in written or recorder.will_retry(result, settings):
+            continue
+        await secrets.release(vault, context["tenant_id"], ref, holder=str(context["public_id"]))
 
 
 class _Batch:
@@ -116,8 +131,12 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
         try:
             async with engine.begin() as conn:
                 kept = await queries.extend_leases(conn, held, lease_seconds)
-        except Exception:
-            log.warning("lease renewal failed; will try again", exc_info=True)
+        except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is not None:
+                outages.state(dependency).failed(exc)
+            else:
+                log.warning("lease renewal failed; will try again", exc_info=True)
             continue
         for delivery_id, _ in held:
             if delivery_id not in kept:
@@ -159,7 +178,8 @@ def _start_sends(
                     overrides=overrides.get((context["tenant_id"], context["kind"]), {}),
                 )
             except SecretVaultUnavailable:
-                # The vault did not answer: nothing was consumed, so try again later.
+                # The vault did not answer. Whether or not the claim reached it, the retry's claim
+                # finds the values (the same delivery may claim again), so try again later.
                 return Result(
                     Prepared(context),
                     ProviderOutcome.failure("SECRET_VAULT_UNAVAILABLE", retryable=True),
@@ -182,16 +202,8 @@ def _start_sends(
                     type(exc).__name__,
                 )
                 outcome = ProviderOutcome.failure(unknown, retryable=True)
-            will_retry = (
-                outcome.outcome == "failed"
-                and outcome.retryable
-                and context["attempts"] + 1 < settings.max_attempts
-            )
-            if will_retry and prepared.secret is not None:
-                ref, values = prepared.secret
-                await secrets.give_back(
-                    vault, context["tenant_id"], ref, values, settings.vault_ttl_seconds
-                )
+            # A send that will be retried keeps its claim on the secret, so the retry still sends
+            # the reset email; the values went nowhere but the provider.
             return Result(prepared, outcome)
 
     return [asyncio.ensure_future(one(c)) for c in batch.contexts]

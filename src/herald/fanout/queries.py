@@ -38,9 +38,13 @@ class ClaimedEvent:
 
 
 async def claim_event(
-    conn: AsyncConnection, token: uuid.UUID, tenant_id: str | None
+    conn: AsyncConnection, token: uuid.UUID, tenant_id: str | None, holder: int | None
 ) -> ClaimedEvent | None:
-    row = (await conn.execute(SQL["claim_event"], {"token": token, "tenant_id": tenant_id})).first()
+    row = (
+        await conn.execute(
+            SQL["claim_event"], {"token": token, "tenant_id": tenant_id, "holder": holder}
+        )
+    ).first()
     return ClaimedEvent(**row._asdict()) if row else None
 
 
@@ -205,6 +209,15 @@ async def published_overrides(
         )
     )
     return [row._asdict() for row in rows]
+
+
+async def release_orphaned_fanout_claims(
+    conn: AsyncConnection, namespace: int, limit: int
+) -> list[int]:
+    result = await conn.execute(
+        SQL["release_orphaned_fanout_claims"], {"namespace": namespace, "limit": limit}
+    )
+    return [row.id for row in result]
 
 
 async def wake_delivery_workers(conn: AsyncConnection) -> None:

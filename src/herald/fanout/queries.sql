@@ -2,9 +2,11 @@
 -- Claim the oldest due event nobody has claimed. Due means immediate (scheduled_for IS NULL) or
 -- scheduled_for <= now(): coalesce keeps NULL from hiding most events (R-PLAT-3). No watermark.
 -- The claim is stamped before any work (R-FANOUT-4) with a token only this worker knows, and
--- SKIP LOCKED keeps two workers off one event (R-PLAT-2).
+-- SKIP LOCKED keeps two workers off one event (R-PLAT-2). The claim names its holder's presence
+-- key (herald.runtime.presence), so a holder that died can be told from one that is slow.
 UPDATE notification_event e
-   SET fanout_claimed_at = now(), fanout_claim_token = :token, fanout_attempts = e.fanout_attempts + 1
+   SET fanout_claimed_at = now(), fanout_claim_token = :token, fanout_claimed_by = :holder,
+       fanout_attempts = e.fanout_attempts + 1
  WHERE e.id = (
         SELECT c.id
           FROM notification_event c
@@ -82,7 +84,7 @@ RETURNING recipient_count;
 -- ones (R-REAPER-8). The released event keeps its cursor and resumes from it (R-FANOUT-15).
 -- Each released row leaves the candidate set; no watermark (R-REAPER-6).
 UPDATE notification_event e
-   SET fanout_claimed_at = NULL, fanout_claim_token = NULL
+   SET fanout_claimed_at = NULL, fanout_claim_token = NULL, fanout_claimed_by = NULL
  WHERE e.id IN (
         SELECT c.id
           FROM notification_event c
@@ -95,11 +97,42 @@ UPDATE notification_event e
            FOR UPDATE SKIP LOCKED)
 RETURNING e.id;
 
+-- name: release_orphaned_fanout_claims
+-- A claim whose holder is known to be gone is released at once, not after ten leases: the holder's
+-- presence lock (a session-level advisory lock) ended with its database session, so the worker
+-- that claimed the event was killed or lost its connection. Only claimed, unfinished events are
+-- looked at (the partial index on fanout_claimed_at), so on a healthy system this touches no row.
+-- A live worker whose lock is briefly missing (its presence connection reconnecting) only loses
+-- the claim: its next batch sees another token and stops without writing.
+UPDATE notification_event e
+   SET fanout_claimed_at = NULL, fanout_claim_token = NULL, fanout_claimed_by = NULL
+ WHERE e.id IN (
+        SELECT c.id
+          FROM notification_event c
+         WHERE c.fanout_claimed_at IS NOT NULL
+           AND c.fanout_completed_at IS NULL
+           AND c.fanout_failed_at IS NULL
+           AND c.fanout_claimed_by IS NOT NULL
+           AND NOT EXISTS (
+                 SELECT 1
+                   FROM pg_locks l
+                  WHERE l.locktype = 'advisory'
+                    AND l.database = (SELECT d.oid FROM pg_database d
+                                       WHERE d.datname = current_database())
+                    AND l.classid = CAST(:namespace AS oid)
+                    AND l.objid = CAST(c.fanout_claimed_by AS oid)
+                    AND l.objsubid = 2
+                    AND l.granted)
+         ORDER BY c.fanout_claimed_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED)
+RETURNING e.id;
+
 -- name: release_own_claim
 -- A draining worker hands its unfinished event back at once instead of leaving it to the reaper;
 -- the next claimant resumes from the cursor.
 UPDATE notification_event
-   SET fanout_claimed_at = NULL, fanout_claim_token = NULL
+   SET fanout_claimed_at = NULL, fanout_claim_token = NULL, fanout_claimed_by = NULL
  WHERE id = :event_id AND fanout_claim_token = :token AND fanout_completed_at IS NULL;
 
 -- name: wake_if_due

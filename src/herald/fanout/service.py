@@ -24,6 +24,7 @@ from herald.fanout.queries import ClaimedEvent, DeliveryRows
 from herald.kinds import Kind, Registry
 from herald.preferences import service as preferences
 from herald.rendering.render import Override, OverrideKey, render
+from herald.runtime import presence
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,15 @@ class BatchOutcome:
 
 
 async def claim_next_event(
-    conn: AsyncConnection, token: uuid.UUID, *, tenant_id: str | None = None
+    conn: AsyncConnection,
+    token: uuid.UUID,
+    *,
+    tenant_id: str | None = None,
+    holder: int | None = None,
 ) -> ClaimedEvent | None:
-    """Claim one due event; the caller commits, so the claim is visible before any work starts."""
-    return await queries.claim_event(conn, token, tenant_id)
+    """Claim one due event; the caller commits, so the claim is visible before any work starts.
+    `holder` is the claiming worker's presence key (None: only the ten-lease rule can free it)."""
+    return await queries.claim_event(conn, token, tenant_id, holder)
 
 
 async def fan_out_batch(
@@ -232,6 +238,11 @@ async def release_stale_claims(
 ) -> list[int]:
     """Reaper sweep 3 (R-REAPER-7, R-REAPER-8); returns the ids of the events it released."""
     return await queries.release_stale_fanout_claims(conn, older_than_seconds, limit)
+
+
+async def release_orphaned_claims(conn: AsyncConnection, *, limit: int = 100) -> list[int]:
+    """Release claims whose holding worker is gone (its presence lock ended with its session)."""
+    return await queries.release_orphaned_fanout_claims(conn, presence.NAMESPACE, limit)
 
 
 async def release_claim(conn: AsyncConnection, event: ClaimedEvent, token: uuid.UUID) -> None:

@@ -10,8 +10,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.fanout import service
+from herald.fanout.queries import ClaimedEvent
 from herald.fanout.service import InAppNotice
 from herald.kinds import Registry
+from herald.runtime import outages
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +31,18 @@ async def fan_out_next_event(
     publish: Publish | None = None,
     stop: asyncio.Event | None = None,
     tenant_id: str | None = None,
+    holder: int | None = None,
 ) -> bool:
-    """Fan out one due event to completion (or until asked to stop). Returns False when none was due."""
+    """Fan out one due event to completion (or until asked to stop). Returns False when none was due.
+
+    `holder` is this worker's presence key: recorded with the claim, it lets any other worker
+    release the claim at once should this one die."""
     token = uuid.uuid4()
-    async with engine.begin() as conn:
-        event = await service.claim_next_event(conn, token, tenant_id=tenant_id)
+    event = await _claim(engine, token, tenant_id, holder)
     if event is None:
         return False
     log.info("fanning out event %s (%s)", event.public_id, event.kind)
+    backoff = outages.Backoff()
     while True:
         if stop is not None and stop.is_set():
             async with engine.begin() as conn:
@@ -49,6 +55,14 @@ async def fan_out_next_event(
                     conn, event, token, registry=registry, batch_size=batch_size
                 )
         except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is not None:
+                # An outage is not the event's fault: keep the claim, wait, and redo the batch
+                # (idempotent: the cursor and ON CONFLICT make a committed-but-unanswered batch a
+                # no-op). It counts against no attempt budget.
+                outages.state(dependency).failed(exc)
+                await outages.sleep_or_stop(backoff.next_delay(), stop)
+                continue
             if event.fanout_attempts >= MAX_FANOUT_ATTEMPTS:
                 # The last allowed attempt: stop and say so, instead of retrying forever.
                 async with engine.begin() as conn:
@@ -61,6 +75,8 @@ async def fan_out_next_event(
                     event.fanout_attempts,
                 )
             raise
+        backoff.reset()
+        outages.state(outages.DATABASE).succeeded()
         # After commit, never inside the batch: a rolled-back batch tells nobody (R-REALTIME-5).
         if publish is not None and outcome.in_app:
             try:
@@ -73,3 +89,23 @@ async def fan_out_next_event(
         if outcome.completed:
             log.info("event %s complete: %s recipients", event.public_id, outcome.recipient_count)
             return True
+
+
+async def _claim(
+    engine: AsyncEngine, token: uuid.UUID, tenant_id: str | None, holder: int | None
+) -> ClaimedEvent | None:
+    """Claim a due event. Finding none, release the claims of workers known to be dead (their
+    presence lock is gone) and try once more: a killed worker's event resumes within a poll."""
+    async with engine.begin() as conn:
+        event = await service.claim_next_event(conn, token, tenant_id=tenant_id, holder=holder)
+        if event is not None:
+            return event
+        released = await service.release_orphaned_claims(conn)
+    if not released:
+        return None
+    log.warning(
+        "released %d fan-out claim(s) whose worker is gone; resuming them from their cursor",
+        len(released),
+    )
+    async with engine.begin() as conn:
+        return await service.claim_next_event(conn, token, tenant_id=tenant_id, holder=holder)

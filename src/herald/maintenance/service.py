@@ -39,6 +39,7 @@ from herald.maintenance.opmail import (
     enqueue_operational_email,
 )
 from herald.maintenance.retention import RetentionReport
+from herald.runtime import outages
 
 __all__ = [
     "OPERATIONAL_EVENT_TYPES",
@@ -65,6 +66,16 @@ class TickReport:
     failures: list[str] = field(default_factory=list)
 
 
+def _sweep_failed(report: TickReport, name: str, exc: Exception) -> None:
+    report.failures.append(name)
+    dependency = outages.unavailable(exc)
+    if dependency is not None:
+        # An outage: said once by the dependency's state, not once per sweep per tick.
+        outages.state(dependency).failed(exc)
+    else:
+        log.exception("maintenance sweep %s failed; the other sweeps still run", name)
+
+
 async def run_tick(
     engine: AsyncEngine,
     settings: Settings,
@@ -78,17 +89,15 @@ async def run_tick(
         try:
             async with engine.begin() as conn:
                 await body(conn)
-        except Exception:
-            report.failures.append(name)
-            log.exception("maintenance sweep %s failed; the other sweeps still run", name)
+        except Exception as exc:
+            _sweep_failed(report, name, exc)
 
     async def step(name: str, body: Callable[[], Awaitable[None]]) -> None:
         """A sweep that manages its own transactions (one per statement or per send)."""
         try:
             await body()
-        except Exception:
-            report.failures.append(name)
-            log.exception("maintenance sweep %s failed; the other sweeps still run", name)
+        except Exception as exc:
+            _sweep_failed(report, name, exc)
 
     async def reclaim(conn: AsyncConnection) -> None:
         rows = await delivery.reclaim_expired_leases(

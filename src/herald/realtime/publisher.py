@@ -16,6 +16,7 @@ import redis.asyncio as redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.realtime import queries, service
+from herald.runtime import outages
 
 if TYPE_CHECKING:
     from herald.config import Settings
@@ -80,12 +81,17 @@ class RedisPublisher:
                     pipe.publish(service.REDIS_CHANNEL, payload)
                 await pipe.execute()
         except Exception as exc:  # never fail the batch (R-REALTIME-6)
+            if outages.unavailable(exc) == outages.REDIS:
+                outages.state(outages.REDIS).failed(exc)  # said once per outage
+                return
             log.warning(
                 "realtime publish of %d notice(s) to Redis failed (%s); "
                 "the inbox is correct on refresh",
                 len(notices),
                 type(exc).__name__,
             )
+            return
+        outages.state(outages.REDIS).succeeded()
 
     async def aclose(self) -> None:
         try:

@@ -31,10 +31,15 @@ from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
 from herald.realtime.publisher import Publisher, build_publisher
+from herald.runtime import outages
+from herald.runtime.presence import Presence
 from herald.secrets.vault import Vault, build_vault
 from herald.sending.queries import FANOUT_CHANNEL
 
 log = logging.getLogger(__name__)
+
+# How long a fan-out waits for the worker's presence lock before claiming without it.
+PRESENCE_WAIT_SECONDS = 5.0
 
 
 async def run_worker(
@@ -62,8 +67,15 @@ async def run_worker(
         publish = own_publisher = build_publisher(settings, engine)
     wakes = {FANOUT_CHANNEL: asyncio.Event(), DELIVERY_CHANNEL: asyncio.Event()}
     url = libpq_url(engine.url.render_as_string(hide_password=False))
+    # This process's presence lock: fan-out claims name it, so they are freed at once if we die.
+    here = Presence(url)
 
     async def fanout_once() -> bool:
+        if not here.held.is_set():
+            # Claim under our presence key when we can: a claim without one can only be freed
+            # by the ten-lease rule. The database being away is the only reason to wait long.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(here.held.wait(), timeout=PRESENCE_WAIT_SECONDS)
         return await fan_out_next_event(
             engine,
             registry,
@@ -71,9 +83,11 @@ async def run_worker(
             publish=publish,
             stop=stop,
             tenant_id=tenant_id,
+            holder=here.holder,
         )
 
     tasks = [
+        asyncio.create_task(here.run(stop), name="herald-presence"),
         asyncio.create_task(_listen(url, wakes, stop), name="herald-listen"),
         asyncio.create_task(
             _loop("fan-out", fanout_once, wakes[FANOUT_CHANNEL], stop, settings),
@@ -141,13 +155,25 @@ async def _loop(
     stop: asyncio.Event,
     settings: Settings,
 ) -> None:
-    """Run `once` back to back while it finds work; otherwise wait for a wake-up or the poll."""
+    """Run `once` back to back while it finds work; otherwise wait for a wake-up or the poll.
+
+    A failure backs off (capped, jittered) before the next try. An outage of the database or
+    Redis is said once for the whole process (herald.runtime.outages), without a traceback;
+    anything else is logged with its traceback, at most once per back-off step."""
+    backoff = outages.Backoff()
     while not stop.is_set():
         try:
             did_work = await once()
-        except Exception:
-            log.exception("%s iteration failed; its work stays claimable and is retried", name)
-            did_work = False
+        except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is not None:
+                outages.state(dependency).failed(exc)
+            else:
+                log.exception("%s iteration failed; its work stays claimable and is retried", name)
+            await outages.sleep_or_stop(backoff.next_delay(), stop)
+            continue
+        backoff.reset()
+        outages.state(outages.DATABASE).succeeded()
         if not did_work:
             await _sleep_until(wake, stop, settings.poll_interval_seconds)
 
@@ -161,8 +187,12 @@ async def _maintenance(
     while not stop.is_set():
         try:
             await run_tick(engine, settings, backfill_channels=backfill, providers=providers)
-        except Exception:
-            log.exception("maintenance tick failed")
+        except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is not None:
+                outages.state(dependency).failed(exc)
+            else:
+                log.exception("maintenance tick failed")
         await _sleep_until(None, stop, interval)
 
 
@@ -180,20 +210,28 @@ async def _sleep_until(wake: asyncio.Event | None, stop: asyncio.Event, seconds:
 
 
 async def _listen(url: str, wakes: Mapping[str, asyncio.Event], stop: asyncio.Event) -> None:
-    """Hold one LISTEN connection for every channel; reconnect after failures. Polling covers gaps."""
+    """Hold one LISTEN connection for every channel; reconnect after failures, backing off.
+    Polling covers the gaps, so a lost connection delays work and never loses it."""
+    backoff = outages.Backoff()
     while not stop.is_set():
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 for channel in wakes:
                     await conn.execute(f"LISTEN {channel}")
+                backoff.reset()
+                # Woken by nothing while we were away: look for work now.
+                for missed in wakes.values():
+                    missed.set()
                 while not stop.is_set():
                     async for notify in conn.notifies(timeout=0.5):
                         wake = wakes.get(notify.channel)
                         if wake is not None:
                             wake.set()
-        except Exception:
+        except Exception as exc:
             if stop.is_set():
                 return
-            log.warning("LISTEN connection lost; polling until it is back", exc_info=True)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=2.0)
+            if outages.unavailable(exc) is not None:
+                outages.state(outages.DATABASE).failed(exc)
+            else:
+                log.warning("LISTEN connection lost (%s); polling", outages.describe(exc))
+            await outages.sleep_or_stop(backoff.next_delay(), stop)

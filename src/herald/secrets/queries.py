@@ -1,10 +1,10 @@
-"""SQL of the embedded vault: insert, and an atomic take (DELETE … RETURNING)."""
+"""SQL of the embedded vault: insert, an atomic claim (UPDATE … RETURNING) and its release."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, func, insert
+from sqlalchemy import delete, func, insert, or_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
@@ -23,17 +23,31 @@ async def put(
     )
 
 
-async def take(conn: AsyncConnection, ref_id: str, tenant_id: str) -> bytes | None:
-    """Get-and-delete in one statement (R-SECRET-9): a second take of the same ref finds nothing."""
+async def claim(conn: AsyncConnection, ref_id: str, tenant_id: str, holder: str) -> bytes | None:
+    """Mark the entry as `holder`'s in one statement and return it (R-SECRET-9): the same holder
+    may claim it again (a retried read whose first answer was lost); anyone else finds nothing."""
     v = s.secret_vault
     row = (
         await conn.execute(
-            delete(v)
-            .where(v.c.ref_id == ref_id, v.c.tenant_id == tenant_id, v.c.expires_at > func.now())
+            update(v)
+            .where(
+                v.c.ref_id == ref_id,
+                v.c.tenant_id == tenant_id,
+                v.c.expires_at > func.now(),
+                or_(v.c.holder.is_(None), v.c.holder == holder),
+            )
+            .values(holder=holder)
             .returning(v.c.ciphertext)
         )
     ).first()
     return bytes(row.ciphertext) if row else None
+
+
+async def release(conn: AsyncConnection, ref_id: str, tenant_id: str, holder: str) -> None:
+    v = s.secret_vault
+    await conn.execute(
+        delete(v).where(v.c.ref_id == ref_id, v.c.tenant_id == tenant_id, v.c.holder == holder)
+    )
 
 
 async def purge_expired(conn: AsyncConnection) -> int:

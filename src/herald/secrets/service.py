@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 
 from herald.errors import ConfigurationError, VariablesInvalid
+from herald.runtime import outages
 from herald.secrets.vault import Vault
 
 log = logging.getLogger(__name__)
@@ -71,37 +72,52 @@ class SecretVaultUnavailable(Exception):
 
 
 async def resolve(
-    vault: Vault, tenant_id: str, ref: str, resolvers: SecretResolvers = RESOLVERS
+    vault: Vault,
+    tenant_id: str,
+    ref: str,
+    *,
+    holder: str,
+    resolvers: SecretResolvers = RESOLVERS,
 ) -> dict[str, str] | None:
-    """The values behind `ref`, or None when they are gone (expired, used, flushed: R-SECRET-11,
-    R-SECRET-14). A vault that does not answer raises SecretVaultUnavailable instead: a Redis
-    restart must delay a reset email, not drop it."""
+    """The values behind `ref`, claimed for `holder` (a delivery), or None when they are gone
+    (expired, used by someone else, flushed: R-SECRET-11, R-SECRET-14). A vault that does not
+    answer raises SecretVaultUnavailable instead: a Redis restart must delay a reset email, not
+    drop it — and since a claim is safe to repeat, the retry finds the values even when the lost
+    read did reach the vault."""
     prefix, _, ref_id = ref.partition(":")
     if not ref_id:
         return None
     try:
         resolver = resolvers.get(prefix)
-        found = await resolver(tenant_id, ref) if resolver else await vault.take(tenant_id, ref_id)
+        if resolver is not None:
+            found = await resolver(tenant_id, ref)
+        else:
+            found = await vault.claim(tenant_id, ref_id, holder)
     except Exception as exc:
-        log.error("secret %s could not be resolved (%s); will retry", ref, type(exc).__name__)
+        dependency = outages.unavailable(exc)
+        if dependency is not None:
+            outages.state(dependency).failed(exc)
+        else:
+            log.error("secret %s could not be resolved (%s); will retry", ref, type(exc).__name__)
         raise SecretVaultUnavailable(ref) from None
+    if vault.remote and resolver is None:
+        outages.state(outages.REDIS).succeeded()
     if found is None:
         log.warning("secret %s is gone (expired, already used, or the vault was flushed)", ref)
         return None
     return dict(found)
 
 
-async def give_back(
-    vault: Vault, tenant_id: str, ref: str, values: Mapping[str, str], ttl_seconds: int
-) -> None:
-    """Return a consumed secret to the vault under the same reference, for a send that will be
-    retried: a transient SMTP refusal must not cost the person their reset email. The values go
-    back where they came from (the vault), never to a table. A resolver-backed reference needs
-    nothing: its resolver re-derives the value."""
+async def release(vault: Vault, tenant_id: str, ref: str, *, holder: str) -> None:
+    """Delete `holder`'s claim once its outcome is recorded: nothing may read the secret again.
+    A vault that does not answer leaves the claim to expire on its own; only `holder` could read
+    it, and its delivery is finished."""
     prefix, _, ref_id = ref.partition(":")
     if not ref_id or RESOLVERS.get(prefix) is not None:
         return
     try:
-        await vault.put(tenant_id, ref_id, dict(values), ttl_seconds)
+        await vault.release(tenant_id, ref_id, holder)
     except Exception as exc:
-        log.error("secret %s could not be returned to the vault (%s)", ref, type(exc).__name__)
+        log.warning(
+            "secret %s: claim not released (%s); it expires on its own", ref, outages.describe(exc)
+        )

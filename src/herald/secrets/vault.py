@@ -1,9 +1,18 @@
 """Where a secret waits between the host's stash and the channel's send: Redis or an embedded table.
 
-Both are single-read: the take is an atomic get-and-delete (Redis GETDEL, or DELETE … RETURNING),
-so a repeated delivery cannot reuse a token (R-SECRET-9), and both expire on their own
-(R-SECRET-8). Redis keeps nothing in PostgreSQL (R-SECRET-10); the embedded table is UNLOGGED,
-encrypted with a Fernet key that lives outside the database, and purged when expired.
+A secret is read by *claiming* it for one delivery: one atomic step moves the entry from the
+stash to a claim owned by that delivery and returns it. A second claim by the same delivery gets
+the same values back; a claim by anything else finds nothing (R-SECRET-9). The claim is deleted
+once the delivery's outcome is recorded (`release`), and both entries expire on their own
+(R-SECRET-8).
+
+Why a claim and not a get-and-delete: a read whose answer never arrives — a frozen Redis that
+executes the buffered GETDEL when it resumes, a commit whose reply is lost — must be safe to try
+again. With GETDEL the retry found the secret gone and a password-reset email was dropped; with a
+claim the retry finds its own claim and sends.
+
+Redis keeps nothing in PostgreSQL (R-SECRET-10); the embedded table is UNLOGGED, encrypted with a
+Fernet key that lives outside the database, and purged when expired.
 """
 
 from __future__ import annotations
@@ -19,44 +28,102 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from herald.config import Settings
 from herald.secrets import queries
 
+# A Redis that does not answer within this long is treated as unavailable: the API answers 503 and
+# the worker retries the delivery later, instead of hanging on redis-py's default (no) timeout.
+REDIS_TIMEOUT_SECONDS = 2.0
+
+# Move the stash to the holder's claim (keeping its remaining lifetime) and return it; or, when
+# the stash is gone, return the holder's own earlier claim (nil for anyone else). Atomic in Redis.
+_CLAIM = """
+local value = redis.call('GET', KEYS[1])
+if value then
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 1 then ttl = tonumber(ARGV[1]) end
+  redis.call('SET', KEYS[2], value, 'PX', ttl)
+  redis.call('DEL', KEYS[1])
+  return value
+end
+return redis.call('GET', KEYS[2])
+"""
+
 
 class Vault(Protocol):
+    # True when the vault is a service of its own (Redis) whose outage readiness must report.
+    remote: bool
+
     async def put(
         self, tenant_id: str, ref_id: str, values: dict[str, str], ttl_seconds: int
     ) -> None: ...
 
-    async def take(self, tenant_id: str, ref_id: str) -> dict[str, str] | None: ...
+    async def claim(self, tenant_id: str, ref_id: str, holder: str) -> dict[str, str] | None: ...
+
+    async def release(self, tenant_id: str, ref_id: str, holder: str) -> None: ...
+
+    async def ping(self) -> None: ...
 
     async def aclose(self) -> None: ...
 
 
 class RedisVault:
-    """HERALD_REDIS_URL set: SET … EX ttl, then GETDEL."""
+    """HERALD_REDIS_URL set: SET … PX ttl, then a claim script, with explicit timeouts."""
 
-    def __init__(self, url: str) -> None:
+    remote = True
+
+    def __init__(self, url: str, *, timeout_seconds: float = REDIS_TIMEOUT_SECONDS) -> None:
         import redis.asyncio as redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
-        self._redis = redis.from_url(url)
+        self._redis = redis.from_url(
+            url,
+            socket_connect_timeout=timeout_seconds,
+            socket_timeout=timeout_seconds,
+            # No silent retries inside the client: Herald decides (the API answers 503, the
+            # worker retries the delivery), and every operation here is safe to repeat anyway.
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+        )
 
     @staticmethod
     def _key(tenant_id: str, ref_id: str) -> str:
         return f"herald:secret:{tenant_id}:{ref_id}"
+
+    @classmethod
+    def _claim_key(cls, tenant_id: str, ref_id: str, holder: str) -> str:
+        return f"{cls._key(tenant_id, ref_id)}:claim:{holder}"
 
     async def put(
         self, tenant_id: str, ref_id: str, values: dict[str, str], ttl_seconds: int
     ) -> None:
         await self._redis.set(self._key(tenant_id, ref_id), json.dumps(values), ex=ttl_seconds)
 
-    async def take(self, tenant_id: str, ref_id: str) -> dict[str, str] | None:
-        raw = await self._redis.getdel(self._key(tenant_id, ref_id))
+    async def claim(self, tenant_id: str, ref_id: str, holder: str) -> dict[str, str] | None:
+        # EVAL, not EVALSHA: a script cache flushed by a Redis restart must not turn a lost
+        # answer into a NOSCRIPT round trip; the script is a few hundred bytes.
+        raw = await self._redis.eval(
+            _CLAIM,
+            2,
+            self._key(tenant_id, ref_id),
+            self._claim_key(tenant_id, ref_id, holder),
+            60_000,
+        )
         return _decode(raw) if raw is not None else None
+
+    async def release(self, tenant_id: str, ref_id: str, holder: str) -> None:
+        await self._redis.delete(self._claim_key(tenant_id, ref_id, holder))
+
+    async def ping(self) -> None:
+        await self._redis.ping()
 
     async def aclose(self) -> None:
         await self._redis.aclose()
 
 
 class TableVault:
-    """No Redis: the UNLOGGED secret_vault table, Fernet-encrypted, delete-on-read."""
+    """No Redis: the UNLOGGED secret_vault table, Fernet-encrypted; a claim marks the row with its
+    holder, a release deletes it."""
+
+    remote = False
 
     def __init__(self, engine: AsyncEngine, key: bytes) -> None:
         self._engine = engine
@@ -71,15 +138,22 @@ class TableVault:
         async with self._engine.begin() as conn:
             await queries.put(conn, ref_id, tenant_id, ciphertext, ttl_seconds)
 
-    async def take(self, tenant_id: str, ref_id: str) -> dict[str, str] | None:
+    async def claim(self, tenant_id: str, ref_id: str, holder: str) -> dict[str, str] | None:
         async with self._engine.begin() as conn:
-            ciphertext = await queries.take(conn, ref_id, tenant_id)
+            ciphertext = await queries.claim(conn, ref_id, tenant_id, holder)
         if ciphertext is None:
             return None
         try:
             return _decode(self._fernet.decrypt(ciphertext))
         except InvalidToken:
             return None  # encrypted under another key: as good as gone
+
+    async def release(self, tenant_id: str, ref_id: str, holder: str) -> None:
+        async with self._engine.begin() as conn:
+            await queries.release(conn, ref_id, tenant_id, holder)
+
+    async def ping(self) -> None:
+        return None  # the database's own probe covers it
 
     async def aclose(self) -> None:
         return None
