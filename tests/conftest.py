@@ -25,6 +25,7 @@ from herald.db import embedded, migrate
 from herald.db.engine import libpq_url, make_async_engine, make_sync_engine
 from herald.kinds import Registry
 from herald.kinds.sample import SAMPLE_REGISTRY
+from herald.runtime import outages
 
 ROOT = Path(__file__).resolve().parent.parent
 JWT_SECRET = "test-secret-that-is-long-enough-for-hs256"
@@ -35,6 +36,14 @@ def _server_url() -> str:
     if configured:
         return configured
     return embedded.start(ROOT / ".herald" / "test")
+
+
+@pytest.fixture(autouse=True)
+def _every_dependency_up() -> None:
+    """Outage state is per process (herald.runtime.outages): each test starts with none, so a
+    test that expects "… unavailable" to be said is not silenced by an earlier test's outage."""
+    for dependency in outages.STATES.values():
+        dependency.down_since, dependency.failures = None, 0
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,6 @@ from herald.db.engine import libpq_url, make_async_engine
 from herald.fanout import service as fanout
 from herald.kinds import Registry
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.runtime import outages
 from herald.runtime.presence import Presence
 from herald.runtime.worker import run_worker
 from herald.secrets import service as secrets
@@ -60,14 +59,6 @@ async def proxied_engine(proxy: TcpProxy, database_url: str) -> AsyncIterator[As
     engine = make_async_engine(proxy.url_for(database_url), pool_size=3)
     yield engine
     await engine.dispose()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_outage_states() -> Iterator[None]:
-    """Outage state is per process; each test starts with every dependency up."""
-    for dependency in outages.STATES.values():
-        dependency.down_since, dependency.failures = None, 0
-    yield
 
 
 def tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:

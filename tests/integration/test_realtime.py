@@ -525,9 +525,14 @@ async def test_publish_failure_is_logged_and_fan_out_completes(
         for publisher in publishers:
             event_id = await send_in_app(engine, tenant, {"kind": "users", "userIds": ["ana"]})
             caplog.clear()
-            with caplog.at_level(logging.WARNING, logger="herald.realtime.publisher"):
+            with caplog.at_level(logging.WARNING, logger="herald"):
                 assert await fan_out_all(engine, registry, tenant, publisher) == 1
-            assert any("realtime publish" in r.getMessage() for r in caplog.records)
+            # The NOTIFY publisher says so itself; a Redis outage is said once, by its state.
+            assert any(
+                "realtime publish" in r.getMessage()
+                or r.getMessage().startswith("redis unavailable")
+                for r in caplog.records
+            )
             async with engine.connect() as conn:
                 state = (
                     await conn.execute(
