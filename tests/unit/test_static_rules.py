@@ -180,3 +180,54 @@ def test_nul_check_can_fail(tmp_path: Path) -> None:
     (tmp_path / "raw.py").write_bytes(b'SEP = "\x00"\n')
     (tmp_path / "escaped.py").write_bytes(b'SEP = "\\x00"\n')
     assert files_with_raw_nul(tmp_path) == ["raw.py"]
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module `source` imports (absolute imports; `from a import b` counts a and a.b)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+HTTP_MODULES = ("fastapi", "starlette", "herald.auth.deps")
+
+
+def test_only_the_app_assemblers_import_the_api_package() -> None:
+    """STYLE.md "Rooms and doors": `api/` only assembles the application; no stage imports it
+    (the request dependencies live in auth/deps.py). Only the process entry points — the CLI and
+    `herald dev` — build the app."""
+    allowed = {"cli.py", "demo/dev.py"}
+    offenders = sorted(
+        rel
+        for path in _source_files()
+        if (rel := str(path.relative_to(SRC))) not in allowed and not rel.startswith("api/")
+        if any(
+            m == "herald.api" or m.startswith("herald.api.")
+            for m in imported_modules(path.read_text())
+        )
+    )
+    assert offenders == []
+
+
+def test_no_service_knows_about_http() -> None:
+    """STYLE.md "Rooms and doors": a service takes a connection and returns values; FastAPI,
+    Starlette and the request dependencies stay in routes.py."""
+    offenders = sorted(
+        str(path.relative_to(SRC))
+        for path in _source_files()
+        if path.name == "service.py"
+        if any(m.startswith(HTTP_MODULES) for m in imported_modules(path.read_text()))
+    )
+    assert offenders == []
+
+
+def test_import_rules_see_imports() -> None:
+    """The two rules above would pass vacuously if the import walk found nothing."""
+    assert "herald.auth.deps" in imported_modules("from herald.auth.deps import state")
+    assert "fastapi" in imported_modules("import fastapi")
+    assert "herald.api.app" in imported_modules("from herald.api import app")

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from herald.api.deps import AppState
+from herald.auth.deps import AppState
 from herald.config import Settings
 from herald.db import health
 from herald.errors import (

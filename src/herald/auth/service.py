@@ -15,7 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald import vocabulary
 from herald.auth import queries
 from herald.config import Settings
-from herald.errors import ConfigurationError, Forbidden, Unauthenticated, ValidationFailed
+from herald.errors import (
+    ConfigurationError,
+    Forbidden,
+    NotFound,
+    Unauthenticated,
+    ValidationFailed,
+)
 
 KEY_PREFIX = "hk_"
 
@@ -178,3 +184,11 @@ async def authenticate_operator(
         permissions=permissions,
         superadmin=superadmin,
     )
+
+
+def require_permission(operator: Operator, permission: str) -> None:
+    """For id-addressed admin routes and mutations: a caller without `permission` is told the
+    row does not exist (404), never 403, which would confirm it does (R-SEC-7). List routes
+    instead answer an empty page."""
+    if not operator.may(permission):
+        raise NotFound()

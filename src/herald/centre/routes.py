@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from herald.api.deps import ActorDep, transaction
+from herald.auth.deps import ActorDep, transaction
 from herald.centre import service
 from herald.centre.schemas import (
     NotificationPage,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from herald.api.deps import ActorDep, state, transaction
+from herald.auth.deps import ActorDep, state, transaction
 from herald.devices import service
 from herald.devices.schemas import Device, DeviceList, DeviceRegistration
 

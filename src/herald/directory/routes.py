@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from herald.api.deps import DirectoryWriter, transaction
+from herald.auth.deps import DirectoryWriter, transaction
 from herald.directory import service
 from herald.directory.schemas import (
     GroupInput,

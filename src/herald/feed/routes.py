@@ -11,7 +11,7 @@ from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request
 
-from herald.api.deps import FeedWriter, OperatorDep, transaction
+from herald.auth.deps import FeedWriter, OperatorDep, transaction
 from herald.feed import service
 from herald.feed.schemas import (
     FeedPage,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from herald.api.deps import transaction
+from herald.auth.deps import transaction
 from herald.observability import service
 
 router = APIRouter(tags=["ops"])

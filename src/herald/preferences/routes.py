@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from herald.api.deps import ActorDep, state, transaction
+from herald.auth.deps import ActorDep, state, transaction
 from herald.preferences import service
 from herald.preferences.schemas import PreferencesSaved, PreferencesUpdate, PreferencesView
 

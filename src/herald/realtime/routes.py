@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from herald.api.deps import ActorDep, state
+from herald.auth.deps import ActorDep, state
 from herald.realtime.hub import RealtimeHub
 from herald.realtime.schemas import StreamNotification
 from herald.realtime.service import Viewer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from herald.api.deps import SecretsWriter, state
+from herald.auth.deps import SecretsWriter, state
 from herald.secrets import service
 from herald.secrets.schemas import SecretCreate, SecretCreated
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
-from herald.api.deps import EventsReader, EventsWriter, state, transaction
+from herald.auth.deps import EventsReader, EventsWriter, state, transaction
 from herald.errors import EventNotFound
 from herald.sending import service
 from herald.sending.schemas import EventCancelled, EventCreate, EventCreated, EventStatus

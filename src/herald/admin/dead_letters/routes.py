@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 from herald.admin.dead_letters import service
 from herald.admin.dead_letters.schemas import DeadLetterPage, ReplayResult
 from herald.admin.history import service as history
-from herald.api.deps import OperatorDep, transaction
+from herald.auth.deps import OperatorDep, transaction
 
 router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
 

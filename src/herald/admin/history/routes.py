@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 
 from herald.admin.history import service
 from herald.admin.history.schemas import DeliveryPage, EventCancelled, HistoryEvent, HistoryPage
-from herald.api.deps import OperatorDep, transaction
+from herald.auth.deps import OperatorDep, transaction
 
 router = APIRouter(prefix="/v1/admin/events", tags=["admin"])
 

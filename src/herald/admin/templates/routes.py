@@ -23,7 +23,7 @@ from herald.admin.templates.schemas import (
     TemplateUpdate,
     TemplateVersionPage,
 )
-from herald.api.deps import OperatorDep, state, transaction
+from herald.auth.deps import OperatorDep, state, transaction
 
 router = APIRouter(prefix="/v1/admin/templates", tags=["admin: templates"])
 

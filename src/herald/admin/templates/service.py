@@ -56,9 +56,8 @@ from herald.admin.templates.schemas import (
     TemplateVersionPage,
     VariableEntry,
 )
-from herald.api.deps import require_permission
 from herald.audit.service import actor_label, field_changes, record_audit
-from herald.auth.service import Operator
+from herald.auth.service import Operator, require_permission
 from herald.errors import (
     ChannelUnknown,
     CursorInvalid,

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.auth import service as auth
 from herald.config import Settings
-from herald.errors import Forbidden, NotFound, Unauthenticated
+from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
 from herald.realtime.hub import RealtimeHub
 from herald.secrets.vault import Vault
@@ -91,14 +91,6 @@ async def current_operator(
 
 
 OperatorDep = Annotated[auth.Operator, Depends(current_operator)]
-
-
-def require_permission(operator: auth.Operator, permission: str) -> None:
-    """For id-addressed admin routes and mutations: a caller without `permission` is told the
-    row does not exist (404), never 403, which would confirm it does (R-SEC-7). List routes
-    instead answer an empty page."""
-    if not operator.may(permission):
-        raise NotFound()
 
 
 EventsWriter = Annotated[auth.ApiCaller, Depends(require_scope("events:write"))]
