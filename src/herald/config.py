@@ -97,6 +97,18 @@ class Settings(BaseSettings):
     # Operational email (R-OPMAIL-*, R-PLAT-9): its own retry budget, not the deliveries'.
     operational_email_max_attempts: int = Field(default=5, ge=1, le=100)
 
+    # Scheduler and features of DESIGN.md §5.2 (off by default; `herald dev` turns them on).
+    feature_reminders: bool = False
+    feature_broadcasts: bool = False
+    # The lease one of several `herald scheduler` processes holds to fire reminders; a killed
+    # leader is replaced within two lease periods. The tick is how often the holder looks for
+    # due work (and renews), so it must be well inside the lease (checked below).
+    scheduler_lease_seconds: int = Field(default=15, ge=2, le=600)
+    scheduler_tick_seconds: float = Field(default=1.0, ge=0.1, le=60)
+    # A scheduler that was down fires the latest missed occurrence only if it is at most this
+    # late; older ones are recorded as `missed`, never flooded out.
+    reminder_max_lateness_minutes: int = Field(default=60, ge=1, le=10_080)
+
     @field_validator("required_channels")
     @classmethod
     def _known_channels(cls, value: str) -> str:
@@ -125,6 +137,17 @@ class Settings(BaseSettings):
                 f"HERALD_RETENTION_DAYS ({self.retention_days} days) must be longer than "
                 f"HERALD_BACKFILL_MAX_AGE_HOURS ({self.backfill_max_age_hours} hours), or retention "
                 "deletes deliveries backfill would still send"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _tick_inside_lease(self) -> Settings:
+        # A holder renews on every tick; a tick longer than half the lease would let the lease
+        # lapse between two renewals and hand the cycle to another scheduler mid-flight.
+        if self.scheduler_tick_seconds * 2 > self.scheduler_lease_seconds:
+            raise ValueError(
+                f"HERALD_SCHEDULER_TICK_SECONDS ({self.scheduler_tick_seconds}) must be at most "
+                f"half of HERALD_SCHEDULER_LEASE_SECONDS ({self.scheduler_lease_seconds})"
             )
         return self
 

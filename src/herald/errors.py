@@ -386,3 +386,27 @@ class InternalError(HeraldError):
     """Something unexpected went wrong inside Herald; it has been logged."""
 
     code = "INTERNAL_ERROR"
+
+
+class FeatureDisabled(NotFound):
+    """This feature is switched off in this deployment (HERALD_FEATURE_…)."""
+
+    code = "NOTIFICATION_FEATURE_DISABLED"
+
+
+class ReminderInvalid(ValidationFailed):
+    """The reminder schedule is not valid; the message names the field."""
+
+    code = "NOTIFICATION_REMINDER_INVALID"
+
+
+class ReminderNotFound(NotFound):
+    """No such reminder schedule."""
+
+    code = "NOTIFICATION_REMINDER_NOT_FOUND"
+
+
+class ReminderVersionConflict(Conflict):
+    """The reminder schedule changed since it was read; re-read it and apply the change again."""
+
+    code = "NOTIFICATION_REMINDER_VERSION_CONFLICT"

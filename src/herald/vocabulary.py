@@ -106,17 +106,24 @@ AUDIT_ACTIONS: Final[tuple[str, ...]] = get_args(AuditAction)
 ActorKind = Literal["api_key", "person", "system"]
 ACTOR_KINDS: Final[tuple[str, ...]] = get_args(ActorKind)
 
-# The permission catalogue (R-SEC-3): three modules, five verbs each. None is superadmin-only
+# The permission catalogue (R-SEC-3): one module per admin surface, five verbs each. None is superadmin-only
 # (R-SEC-4).
 PERMISSION_MODULES: Final[tuple[str, ...]] = (
     "NotificationTemplate",
     "NotificationHistory",
     "NotificationFailure",
+    "NotificationReminder",
 )
 PERMISSION_VERBS: Final[tuple[str, ...]] = ("CREATE", "READ", "UPDATE", "DELETE", "RESTORE")
 PERMISSIONS: Final[tuple[str, ...]] = tuple(
     f"{module}_{verb}" for module in PERMISSION_MODULES for verb in PERMISSION_VERBS
 )
+
+# What became of one occurrence of a reminder schedule: `fired` recorded its event, `missed`
+# was too late when the scheduler reached it (HERALD_REMINDER_MAX_LATENESS_MINUTES), `failed`
+# could not be recorded (its kind or audience no longer passes the send path's checks).
+ReminderRunState = Literal["fired", "missed", "failed"]
+REMINDER_RUN_STATES: Final[tuple[str, ...]] = get_args(ReminderRunState)
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

@@ -122,6 +122,8 @@ VOCAB_CHECKS = {
         "notification_delivery_attempt",
         "notification_delivery_attempt_outcome_check",
     ): vocabulary.ATTEMPT_OUTCOMES,
+    ("reminder_run", "reminder_run_state_check"): vocabulary.REMINDER_RUN_STATES,
+    ("reminder_schedule", "reminder_schedule_audience_kind_check"): vocabulary.AUDIENCE_KINDS,
 }
 
 

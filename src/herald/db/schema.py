@@ -781,3 +781,99 @@ maintenance_run = Table(
     Column("period_key", Text, nullable=False),
     Column("ran_at", TZ, nullable=False, server_default=NOW),
 )
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling (DESIGN.md §5.2): the scheduler's lease, reminder schedules and their runs.
+
+# The lease that makes one of several `herald scheduler` processes the one that fires (R-OPS-13):
+# acquired and renewed by one conditional upsert, taken over once it has expired. `tenant_id`
+# is the scope the lease covers; the reminder cycle covers every tenant and uses '*'.
+scheduler_lease = Table(
+    "scheduler_lease",
+    metadata,
+    _tenant(),
+    Column("name", Text, nullable=False),
+    Column("holder", Text, nullable=False),
+    Column("acquired_at", TZ, nullable=False, server_default=NOW),
+    Column("expires_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "name"),
+)
+
+reminder_schedule = Table(
+    "reminder_schedule",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("name", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # NULL: the kind's channels at each occurrence.
+    Column("channels", ARRAY(Text)),
+    # An audience specification, validated exactly as send() validates one.
+    Column("audience", JSONB, nullable=False),
+    # An IANA zone name, a local `HH:MM` and ISO weekdays (R-REMIND-1..3).
+    Column("timezone", Text, nullable=False),
+    Column("local_time", Text, nullable=False),
+    Column("weekdays", ARRAY(Integer), nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    # The next occurrence, the deterministic boundary of the cycle (R-REMIND-5): the scheduler
+    # claims it by moving it forward with a compare-and-set. NULL while disabled.
+    Column("next_run_at", TZ),
+    # Incremented by the application on every change (compare-and-set on the version read).
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_by", Text),
+    Column("updated_by", Text),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("btrim(name) <> ''", name="name_not_blank"),
+    CheckConstraint("local_time ~ '^([01][0-9]|2[0-3]):[0-5][0-9]$'", name="local_time_format"),
+    CheckConstraint(
+        "cardinality(weekdays) BETWEEN 1 AND 7 AND weekdays <@ ARRAY[1, 2, 3, 4, 5, 6, 7]",
+        name="weekdays_iso",
+    ),
+    CheckConstraint(
+        "channels IS NULL OR (cardinality(channels) > 0 AND "
+        f"channels <@ ARRAY{list(vocabulary.CHANNELS)}::text[])",
+        name="channels",
+    ),
+    vocab_check("audience->>'kind'", vocabulary.AUDIENCE_KINDS, "audience_kind"),
+    CheckConstraint("jsonb_typeof(variables) = 'object'", name="variables_object"),
+    CheckConstraint("enabled OR next_run_at IS NULL", name="disabled_not_due"),
+    CheckConstraint("version >= 1", name="version_positive"),
+    # The scheduler's due scan: enabled schedules by next occurrence.
+    Index(
+        "reminder_schedule_due_idx",
+        "next_run_at",
+        postgresql_where=text("enabled AND next_run_at IS NOT NULL"),
+    ),
+    Index("reminder_schedule_tenant_idx", "tenant_id", "id"),
+)
+
+# One row per occurrence the scheduler dealt with: fired (with its event), missed or failed.
+reminder_run = Table(
+    "reminder_run",
+    metadata,
+    _id(),
+    _tenant(),
+    Column(
+        "schedule_id",
+        BigInteger,
+        ForeignKey("reminder_schedule.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("occurrence", TZ, nullable=False),
+    Column("state", Text, nullable=False),
+    # The event a fired occurrence recorded (its public id; retention may delete the event
+    # first, so no foreign key).
+    Column("event_public_id", UUID(as_uuid=True)),
+    # Why a failed occurrence could not be recorded: an error code, never a payload.
+    Column("error_code", Text),
+    _created_at(),
+    UniqueConstraint("schedule_id", "occurrence"),
+    vocab_check("state", vocabulary.REMINDER_RUN_STATES, "state"),
+    CheckConstraint("(state = 'fired') = (event_public_id IS NOT NULL)", name="event_when_fired"),
+    CheckConstraint("(state = 'failed') = (error_code IS NOT NULL)", name="error_when_failed"),
+    # Retention ages runs by created_at.
+    Index("reminder_run_created_at_idx", "created_at"),
+)

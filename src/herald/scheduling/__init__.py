@@ -1,0 +1,1 @@
+"""Time: the scheduler's lease, reminder schedules and their occurrences (DESIGN.md §5.2)."""
