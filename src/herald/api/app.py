@@ -163,6 +163,7 @@ def _routers() -> list[APIRouter]:
     from herald.observability import routes as observability
     from herald.preferences import routes as preferences
     from herald.realtime import routes as realtime
+    from herald.scheduling.reminders import routes as admin_reminders
     from herald.secrets import routes as secrets
     from herald.sending import routes as sending
 
@@ -179,4 +180,5 @@ def _routers() -> list[APIRouter]:
         admin_templates.router,
         admin_history.router,
         admin_dead_letters.router,
+        admin_reminders.router,
     ]

@@ -30,6 +30,7 @@ MODULES: Mapping[str, str] = {
     "notification_event": "NotificationHistory",
     "notification_delivery": "NotificationHistory",
     "dead_letter": "NotificationFailure",
+    "reminder_schedule": "NotificationReminder",
 }
 
 

@@ -208,6 +208,30 @@ SYSTEM_MAINTENANCE = Kind(
     },
 )
 
+# What a reminder schedule sends (DESIGN.md §5.2): its title and message are the schedule's.
+REMINDER_NOTICE = Kind(
+    name="reminder.notice",
+    category="events",
+    channels=("in_app", "email", "push", "telegram"),
+    variables={"title": "Homework time", "message": "Check today's homework in the diary."},
+    templates={
+        "in_app": _both(
+            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
+        ),
+        "email": _both(
+            T(title="Reminder: {{title}}", body="Dear {{name}},\n\n{{message}}"),
+            T(title="सम्झना: {{title}}", body="प्रिय {{name}},\n\n{{message}}"),
+        ),
+        "push": _both(
+            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
+        ),
+        "telegram": _both(
+            T(body="<b>Reminder: {{title}}</b>\n{{message}}"),
+            T(body="<b>सम्झना: {{title}}</b>\n{{message}}"),
+        ),
+    },
+)
+
 ACCOUNT_WELCOME = Kind(
     name="account.welcome",
     category="account",
@@ -300,6 +324,7 @@ SAMPLE_REGISTRY = Registry(
         TRANSPORT_DELAY,
         EVENT_SCHEDULED,
         SYSTEM_MAINTENANCE,
+        REMINDER_NOTICE,
         ACCOUNT_WELCOME,
         PASSWORD_RESET,
         OTP,

@@ -81,8 +81,15 @@ class _Prepared:
     wake: Executable
 
 
-def prepare(input: SendInput, registry: Registry) -> _Prepared:
-    """Run every validation step and build the statements; raises before anything is written."""
+def prepare(
+    input: SendInput, registry: Registry, *, occurrence_key: str | None = None
+) -> _Prepared:
+    """Run every validation step and build the statements; raises before anything is written.
+
+    `occurrence_key` is for the scheduler: the event of one occurrence of something scheduled
+    (a reminder) is identified by that occurrence alone, whatever the kind's policy, so the
+    occurrence records one event however often it is retried (R-REMIND-6).
+    """
     kind = _known_kind(registry, input.kind)  # 1 (R-SEND-6)
     channels = _buildable_channels(kind, input.channels)  # 2 (R-SEND-7)
     spec = audience.validate_audience(input.audience)  # 3 (R-SEND-8..10)
@@ -95,8 +102,12 @@ def prepare(input: SendInput, registry: Registry) -> _Prepared:
     variables = _checked_variables(kind, input.variables)
     _checked_request_id(input.request_id)
     scheduled_for = _aware(input.scheduled_for)
-    dedupe_key = build_dedupe_key(
-        kind, spec, variables, input.action_url, scheduled_for, input.request_id
+    dedupe_key = (
+        build_occurrence_dedupe_key(occurrence_key)
+        if occurrence_key is not None
+        else build_dedupe_key(
+            kind, spec, variables, input.action_url, scheduled_for, input.request_id
+        )
     )  # 5
     values: dict[str, Any] = {
         "tenant_id": input.tenant_id,
@@ -156,6 +167,18 @@ async def asend(
 async def record_event(tx: AsyncConnection, input: SendInput, *, registry: Registry) -> SendResult:
     """asend() without best-effort: for callers that always want a result (the route, the CLI)."""
     return await _send_async(tx, input, registry)
+
+
+async def record_occurrence(
+    tx: AsyncConnection, input: SendInput, *, registry: Registry, occurrence_key: str
+) -> SendResult:
+    """The event of one scheduled occurrence, in the scheduler's transaction: the same checks,
+    insert and wake-up as asend(), deduplicated on `occurrence_key` (`created` is false when the
+    occurrence already has its event)."""
+    prepared = prepare(input, registry, occurrence_key=occurrence_key)
+    row = (await tx.execute(prepared.insert)).one()
+    await tx.execute(prepared.wake)
+    return SendResult(id=row.public_id, created=bool(row.inserted))
 
 
 def _send_sync(tx: Connection, input: SendInput, registry: Registry | None) -> SendResult:
@@ -315,6 +338,12 @@ def build_dedupe_key(
     if kind.dedupe == "repeatable":
         parts.append(_normalise(request_id) if request_id else uuid.uuid4().hex)
     return hashlib.sha256(SEPARATOR.join(parts).encode()).hexdigest()
+
+
+def build_occurrence_dedupe_key(occurrence_key: str) -> str:
+    """sha256 hex of a scheduled occurrence's identity (e.g. a schedule id and its instant),
+    tagged so it can never equal a key built from an event's domain facts."""
+    return hashlib.sha256(SEPARATOR.join(["occurrence", occurrence_key]).encode()).hexdigest()
 
 
 def event_state(row: Mapping[str, Any]) -> str:
