@@ -203,8 +203,39 @@ async def _work(settings: Settings, tenant: str | None = None) -> None:
 
 
 @app.command()
+def scheduler() -> None:
+    """Run the scheduler (reminder occurrences) until SIGINT/SIGTERM, then stop cleanly.
+
+    Several may run against one database: a database lease lets one fire at a time.
+    """
+    settings = _settings()
+    _configure_logging()
+    _run(_schedule(settings))
+
+
+async def _schedule(settings: Settings) -> None:
+    from herald.db.engine import make_async_engine
+    from herald.kinds import get_registry
+    from herald.runtime import server
+    from herald.runtime.database import resolve_database_url
+    from herald.runtime.scheduler import run_scheduler
+
+    registry = get_registry()
+    # One tick's transactions run one after another: a small pool is plenty.
+    engine = make_async_engine(resolve_database_url(settings), pool_size=2)
+    stop = asyncio.Event()
+    try:
+        with server.stop_on_signals(stop):
+            await run_scheduler(settings, engine, registry, stop)
+    finally:
+        # R-OPS-12: the pool is closed before the process exits.
+        await engine.dispose()
+
+
+@app.command()
 def dev(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
-    """Everything on a laptop: embedded PostgreSQL, demo school, API and worker in one process."""
+    """Everything on a laptop: embedded PostgreSQL, demo school, API, worker and scheduler in one
+    process."""
     from herald.db import migrate as db_migrate
     from herald.demo import dev as devmode
     from herald.runtime.database import resolve_database_url
@@ -223,7 +254,7 @@ def dev(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
 def _announce_dev(info: DevInfo) -> None:
     out = Console(soft_wrap=True, highlight=False)
     out.print()
-    out.print("[bold green]Herald is running[/] (API and worker in this process)")
+    out.print("[bold green]Herald is running[/] (API, worker and scheduler in this process)")
     out.print(f"  API        {info.base_url}   (docs: {info.base_url}/docs)", markup=False)
     out.print(f"  API key    {info.api_key}   (all scopes, tenant demo)", markup=False)
     out.print(

@@ -79,6 +79,11 @@ async def delete_aged_feed_notifications(conn: AsyncConnection, *, days: int, li
     return int(result.rowcount)
 
 
+async def delete_aged_reminder_runs(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(SQL["delete_aged_reminder_runs"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
 async def delete_finished_operational_emails(
     conn: AsyncConnection, *, days: int, limit: int
 ) -> int:

@@ -110,6 +110,19 @@ DELETE FROM feed_notification f
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_aged_reminder_runs
+-- Reminder runs (the record of each occurrence a schedule fired, missed or failed) older than
+-- :days by created_at, at most :limit, through reminder_run_created_at_idx. The schedule itself
+-- stays; only its history ages out, like the events the runs point at.
+DELETE FROM reminder_run r
+ WHERE r.id IN (
+        SELECT c.id
+          FROM reminder_run c
+         WHERE c.created_at < now() - make_interval(days => :days)
+         ORDER BY c.created_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_finished_operational_emails
 -- Operational emails that are done (sent or skipped) and older than :days. A dead one stays: its
 -- dead letter names it by job_id, and dead letters are never trimmed by age (R-DLQ-18).

@@ -11,8 +11,8 @@ letter (R-RETENTION-4), and is deleted only once its children are gone (R-RETENT
 
 Independent retentions, run on every tick whether or not an event aged out (R-RETENTION-9):
 invalidated push tokens (R-RETENTION-10), operations-feed rows with their read receipts
-(R-RETENTION-11; the only code that deletes feed rows, R-RETENTION-2), and finished operational
-emails. Dead letters are never deleted by age (R-DLQ-18).
+(R-RETENTION-11; the only code that deletes feed rows, R-RETENTION-2), finished operational
+emails and reminder runs. Dead letters are never deleted by age (R-DLQ-18).
 
 A tick runs at most `max_batches` statements per level, so one tick's work is bounded too; what
 is left is taken by the next tick.
@@ -48,6 +48,7 @@ class RetentionReport:
     push_tokens: int = 0
     feed_notifications: int = 0
     operational_emails: int = 0
+    reminder_runs: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -66,6 +67,7 @@ class RetentionReport:
             + self.push_tokens
             + self.feed_notifications
             + self.operational_emails
+            + self.reminder_runs
         )
 
 
@@ -241,6 +243,27 @@ async def prune_operational_emails(
     )
 
 
+async def prune_reminder_runs(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Reminder runs older than retention_days (the events they point at age out by then too)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "reminder_runs",
+        queries.delete_aged_reminder_runs,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -252,7 +275,13 @@ async def run_retention(
     retentions run whatever the event levels found (R-RETENTION-9); a caller that needs each one
     to survive another's failure (the tick) calls them separately."""
     report = RetentionReport()
-    for prune in (prune_events, prune_push_tokens, prune_feed, prune_operational_emails):
+    for prune in (
+        prune_events,
+        prune_push_tokens,
+        prune_feed,
+        prune_operational_emails,
+        prune_reminder_runs,
+    ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
         )
@@ -263,7 +292,8 @@ def log_report(report: RetentionReport) -> None:
     if report.deleted:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
-            "%d push tokens, %d feed rows, %d operational emails in %d statements "
+            "%d push tokens, %d feed rows, %d operational emails, %d reminder runs "
+            "in %d statements "
             "(slowest %.3f s)",
             report.deliveries,
             report.attempts,
@@ -272,6 +302,7 @@ def log_report(report: RetentionReport) -> None:
             report.push_tokens,
             report.feed_notifications,
             report.operational_emails,
+            report.reminder_runs,
             report.statements,
             report.slowest_statement_seconds,
         )

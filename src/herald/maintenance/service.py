@@ -13,8 +13,8 @@ Then the housekeeping, each step guarded the same way:
 6. operational email to the support mailbox through the email channel's provider
    (herald.maintenance.opmail);
 7. retention: the write-time tables bottom-up, then, independently and on every tick, invalidated
-   push tokens, the operations feed and finished operational emails (herald.maintenance.retention,
-   R-RETENTION-9).
+   push tokens, the operations feed, finished operational emails and reminder runs
+   (herald.maintenance.retention, R-RETENTION-9).
 Steps 5 and 6 need the worker's providers (`providers=`, its "sms" and "email" entries); a caller
 without them skips the step.
 """
@@ -149,6 +149,9 @@ async def run_tick(
     async def prune_operational_emails() -> None:
         await retention.prune_operational_emails(engine, settings, report=report.retention)
 
+    async def prune_reminder_runs() -> None:
+        await retention.prune_reminder_runs(engine, settings, report=report.retention)
+
     await sweep("reclaim_expired_leases", reclaim)
     await sweep("requeue_due_failures", requeue)
     await sweep("release_stale_fanout_claims", release)
@@ -164,6 +167,7 @@ async def run_tick(
     await step("retention_push_tokens", prune_push_tokens)
     await step("retention_feed", prune_feed)
     await step("retention_operational_email", prune_operational_emails)
+    await step("retention_reminder_runs", prune_reminder_runs)
     retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(

@@ -1,0 +1,60 @@
+"""`herald scheduler`: the reminder cycle (and, as they land, broadcast release and follow-up
+sweeps), ticking until asked to stop.
+
+Any number may run against one database: the reminder cycle runs only in the one holding the
+database lease (R-OPS-13). On a stop request it interrupts its wait at once (R-OPS-10), starts no
+new tick (R-OPS-9), finishes the occurrence in hand (R-OPS-11), hands its lease back and returns;
+the caller closes the pool (R-OPS-12). It never sends anything: it writes events (R-OPS-8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from herald.config import Settings
+from herald.kinds import Registry
+from herald.scheduling import service as lease
+from herald.scheduling import worker as cycle
+
+log = logging.getLogger(__name__)
+
+
+async def run_scheduler(
+    settings: Settings,
+    engine: AsyncEngine,
+    registry: Registry,
+    stop: asyncio.Event,
+    *,
+    holder: str | None = None,
+) -> None:
+    """Tick every HERALD_SCHEDULER_TICK_SECONDS until `stop` is set."""
+    holder = holder or lease.new_holder_id()
+    log.info(
+        "scheduler started (holder %s; reminders %s)",
+        holder,
+        "on" if settings.feature_reminders else "off",
+    )
+    leading = False
+    try:
+        while not stop.is_set():
+            try:
+                report = await cycle.run_tick(engine, registry, settings, holder, stop=stop)
+                if report.leader != leading:
+                    leading = report.leader
+                    log.info("scheduler %s the reminder lease", "holds" if leading else "lost")
+            except Exception:
+                # R-OPS-5: a failed tick is logged and the next one runs.
+                log.exception("scheduler tick failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=settings.scheduler_tick_seconds)
+    finally:
+        if leading:
+            try:
+                await cycle.release(engine, holder)
+            except Exception:
+                log.warning("could not hand the lease back; it expires by itself", exc_info=True)
+        log.info("scheduler stopped")
