@@ -23,7 +23,9 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
     e2e_env: dict[str, str], tmp_path: Path
 ) -> None:
     """`herald dev` loads the demo directory idempotently (a second run works), keeps its key
-    and generated JWT secret in HERALD_DATA_DIR/dev.json, and stops cleanly on Ctrl-C."""
+    and generated JWT secret in HERALD_DATA_DIR/dev.json, runs the scheduler with reminders on
+    and one demo weekday reminder (R-REMIND-16 flag turned on by dev), and stops cleanly on
+    Ctrl-C."""
     env = {k: v for k, v in e2e_env.items() if k != "HERALD_JWT_SECRET"}
     env["HERALD_DATA_DIR"] = str(tmp_path / "dev-data")
     keys: list[str] = []
@@ -55,6 +57,18 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
             # The demo guardian (a parent in 7A) sees it in their inbox, on both runs.
             items = wait_for_inbox(base_url, token)
             assert items[0]["title"] == "Sports day moved"
+            # The scheduler runs in the process, reminders are on, and the demo school has its
+            # one weekday reminder (once, however often dev starts).
+            reminders = httpx.get(
+                f"{base_url}/v1/admin/reminders",
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=10,
+            )
+            assert reminders.status_code == 200, reminders.text
+            assert [(r["kind"], r["weekdays"]) for r in reminders.json()["items"]] == [
+                ("reminder.notice", [1, 2, 3, 4, 5])
+            ]
+            assert "scheduler started" in dev.output()
         finally:
             exit_status = dev.stop(signal.SIGINT)
         assert exit_status == 0, dev.describe()

@@ -69,9 +69,14 @@ def dev_jwt_secret(configured: str | None, state: DevState) -> str:
 
 
 def dev_settings(settings: Settings, state: DevState) -> Settings:
-    """The environment's settings, completed for a laptop: a JWT secret, and the `mock`
-    provider for every remote channel whose provider is unset (it records instead of sending)."""
+    """The environment's settings, completed for a laptop: a JWT secret, the features on, and
+    the `mock` provider for every remote channel whose provider is unset (it records instead of
+    sending)."""
     update: dict[str, Any] = {"jwt_secret": dev_jwt_secret(settings.jwt_secret, state)}
+    # DESIGN.md §5.2: `herald dev` turns the features on, unless the environment says otherwise.
+    for flag in ("feature_reminders", "feature_broadcasts"):
+        if flag not in settings.model_fields_set:
+            update[flag] = True
     for channel in MOCKED_CHANNELS:
         if getattr(settings, f"{channel}_provider") is None:
             update[f"{channel}_provider"] = "mock"
@@ -156,8 +161,8 @@ async def run_dev(
     port: int,
     announce: Callable[[DevInfo], None],
 ) -> None:
-    """Load the demo school, make sure of the dev key, then run the API and the worker together
-    until SIGINT/SIGTERM. The database must already be migrated.
+    """Load the demo school (and its reminder), make sure of the dev key, then run the API, the
+    worker and the scheduler together until SIGINT/SIGTERM. The database must already be migrated.
 
     The providers are built once and shared (R-PROVIDER-3): the worker sends through them and the
     demo router's outbox reads the mocks' recordings from the very same instances.
@@ -166,11 +171,12 @@ async def run_dev(
     from herald.channels.providers import build_providers, close_providers
     from herald.db.engine import make_async_engine
     from herald.demo import web
-    from herald.demo.loader import load_reachability, load_school
+    from herald.demo.loader import load_reachability, load_reminders, load_school
     from herald.demo.school import DEMO_GUARDIAN, SCHOOL
     from herald.kinds import get_registry
     from herald.realtime.hub import build_hub
     from herald.runtime import server
+    from herald.runtime.scheduler import run_scheduler
     from herald.runtime.worker import run_worker
 
     registry = get_registry()
@@ -180,6 +186,7 @@ async def run_dev(
         async with engine.begin() as conn:
             await load_school(conn, SCHOOL)
             await load_reachability(conn, settings, registry, SCHOOL)
+            await load_reminders(conn, registry, SCHOOL)
             api_key = await ensure_dev_key(conn, SCHOOL.tenant_id, state)
         save_state(settings.data_dir, state)
 
@@ -234,6 +241,7 @@ async def run_dev(
                     stop,
                     server.serve_api(app, host=host, port=port, stop=stop, listening=listening),
                     run_worker(settings, engine, registry, stop, providers=providers),
+                    run_scheduler(settings, engine, registry, stop),
                     end_streams_on_stop(),
                 )
             finally:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.auth import service as auth
+from herald.auth.service import Operator
 from herald.config import Settings
 from herald.demo.school import School
 from herald.devices import service as devices
@@ -25,6 +26,7 @@ from herald.directory import service as directory
 from herald.kinds import Registry
 from herald.preferences import service as preferences
 from herald.preferences.schemas import PreferenceOverride, PreferencesUpdate
+from herald.scheduling.reminders import service as reminders
 
 
 @dataclass(frozen=True)
@@ -135,3 +137,37 @@ async def load_reachability(
                 ],
             ),
         )
+
+
+async def load_reminders(conn: AsyncConnection, registry: Registry, school: School) -> int:
+    """Create the school's reminder schedules that do not exist yet (by name), through the
+    reminders service as the system; an existing one keeps an operator's edits. Returns how
+    many were created."""
+    system = Operator(
+        tenant_id=school.tenant_id,
+        actor_kind="system",
+        actor_id="herald-dev",
+        person_id=None,
+        permissions=frozenset(),
+        superadmin=True,
+    )
+    created = 0
+    for reminder in school.reminders:
+        if await reminders.exists_named(conn, school.tenant_id, reminder.name):
+            continue
+        await reminders.create_reminder(
+            conn,
+            system,
+            registry,
+            {
+                "name": reminder.name,
+                "kind": reminder.kind,
+                "variables": dict(reminder.variables),
+                "audience": {"kind": "guardians_of_group", "groupIds": [reminder.audience_group]},
+                "timezone": reminder.timezone,
+                "localTime": reminder.local_time,
+                "weekdays": list(reminder.weekdays),
+            },
+        )
+        created += 1
+    return created

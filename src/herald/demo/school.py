@@ -81,6 +81,20 @@ class OptIn:
 
 
 @dataclass(frozen=True)
+class Reminder:
+    """A reminder schedule the school runs, as an operator would create it through
+    /v1/admin/reminders (DESIGN.md §5.2)."""
+
+    name: str
+    kind: str
+    variables: tuple[tuple[str, str], ...]
+    audience_group: str
+    local_time: str
+    weekdays: tuple[int, ...]
+    timezone: str = TIMEZONE
+
+
+@dataclass(frozen=True)
 class School:
     tenant_id: str
     roles: tuple[Role, ...]
@@ -90,6 +104,7 @@ class School:
     guardianships: tuple[Guardianship, ...]
     devices: tuple[PushDevice, ...] = ()
     opt_ins: tuple[OptIn, ...] = ()
+    reminders: tuple[Reminder, ...] = ()
 
     def person(self, external_id: str) -> Person:
         return next(p for p in self.people if p.external_id == external_id)
@@ -188,6 +203,21 @@ DEMO_GUARDIAN = "ramesh-shrestha"
 DEMO_TELEGRAM_CHAT_ID = "100200300"
 DEMO_DEVICES = (PushDevice(DEMO_GUARDIAN, "demo-push-token-ramesh-android", "android"),)
 DEMO_OPT_INS = (OptIn(DEMO_GUARDIAN, "announcement", "sms"),)
+# One weekday reminder to 7A's guardians (the demo guardian among them): it arrives on the demo
+# page at 17:00 Kathmandu time, Monday to Friday.
+DEMO_REMINDERS = (
+    Reminder(
+        name="Homework time (class 7A)",
+        kind="reminder.notice",
+        variables=(
+            ("title", "Homework time"),
+            ("message", "Please check today's homework in the class 7A diary."),
+        ),
+        audience_group="class-7a",
+        local_time="17:00",
+        weekdays=(1, 2, 3, 4, 5),
+    ),
+)
 
 
 def _email(external_id: str) -> str:
@@ -265,6 +295,7 @@ def build_school() -> School:
         guardianships=tuple(guardianships),
         devices=DEMO_DEVICES,
         opt_ins=DEMO_OPT_INS,
+        reminders=DEMO_REMINDERS,
     )
 
 
