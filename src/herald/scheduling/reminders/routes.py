@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
 from herald.admin.templates.service import parse_page, parse_version
-from herald.api.deps import OperatorDep, state, transaction
+from herald.auth.deps import OperatorDep, state, transaction
 from herald.errors import FeatureDisabled
 from herald.scheduling.reminders import service
 from herald.scheduling.reminders.schemas import OccurrencePage, ReminderOut, ReminderPage, RunPage
