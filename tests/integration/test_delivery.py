@@ -314,7 +314,7 @@ async def test_lease_expiry_reclaims_then_kills(
     for round_ in range(delivery_settings.max_attempts):
         async with engine.begin() as conn:
             claimed = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
-        assert [c["id"] for c in claimed] == [row["id"]]
+        assert [c[0] for c in claimed] == [row["id"]]
         async with engine.begin() as conn:  # the worker died: its lease runs out
             await conn.execute(
                 update(s.notification_delivery)
@@ -339,7 +339,8 @@ async def test_late_outcome_is_not_written(
 
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        [context] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
+        [(claimed_id, _)] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
+        [context] = await dq.load_send_contexts(conn, [claimed_id])
     async with engine.begin() as conn:
         await conn.execute(
             update(s.notification_delivery)
@@ -620,7 +621,7 @@ async def test_claims_are_disjoint(
         async with engine.begin() as conn:
             claimed = await dq.claim_due_deliveries(conn, "email", 25, 60, tenant)
             await asyncio.sleep(0.05)
-            return [c["id"] for c in claimed]
+            return [c[0] for c in claimed]
 
     first, second = await asyncio.gather(claim(), claim())
     assert len(first) + len(second) == 40 and not set(first) & set(second)
@@ -664,7 +665,8 @@ async def test_erasure_during_a_send_is_not_undone(
 
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        [context] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
+        [(claimed_id, _)] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
+        [context] = await dq.load_send_contexts(conn, [claimed_id])
     async with engine.begin() as conn:  # erased mid-send: the person goes, the snapshot stays
         await conn.execute(
             s.person.delete().where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.auth import service as auth
 from herald.config import Settings
+from herald.db import tenancy
 from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
 from herald.realtime.hub import RealtimeHub
@@ -38,10 +39,37 @@ def state(request: Request) -> AppState:
     return app_state
 
 
+# Where the authentication dependency leaves the caller's tenant for the request's transactions.
+_TENANT = "herald_tenant"
+
+
+class NoTenant(RuntimeError):
+    """A route opened a tenant transaction before any credential named the tenant: a wiring bug
+    (a route without an authentication dependency), never a client error."""
+
+
 @asynccontextmanager
 async def transaction(request: Request) -> AsyncIterator[AsyncConnection]:
+    """The request's transaction as role herald_app under the caller's tenant: PostgreSQL's
+    row-level security hides every other tenant's row, whatever a query forgets to say."""
+    tenant = getattr(request.state, _TENANT, None)
+    if tenant is None:
+        raise NoTenant(f"{request.method} {request.url.path}: no authenticated tenant")
+    async with state(request).engine.begin() as conn:
+        await tenancy.enter_tenant(conn, tenant)
+        yield conn
+
+
+@asynccontextmanager
+async def all_tenants_transaction(request: Request) -> AsyncIterator[AsyncConnection]:
+    """A transaction that sees every tenant, for the few reads that must: finding whose
+    credential this is (by its hash or the token's tenant), and the cross-tenant /metrics."""
     async with state(request).engine.begin() as conn:
         yield conn
+
+
+def _enter(request: Request, tenant_id: str) -> None:
+    setattr(request.state, _TENANT, tenant_id)
 
 
 def _bearer(authorization: str | None) -> str:
@@ -62,10 +90,11 @@ def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
         x_api_key: Annotated[str | None, Header()] = None,
     ) -> auth.ApiCaller:
         key = x_api_key or _bearer(authorization)
-        async with transaction(request) as conn:
+        async with all_tenants_transaction(request) as conn:
             caller = await auth.authenticate_key(conn, key)
         if not caller.allows(scope):
             raise Forbidden(f"this API key lacks the {scope} scope")
+        _enter(request, caller.tenant_id)
         return caller
 
     return dependency
@@ -75,8 +104,10 @@ async def current_actor(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> auth.Actor:
     token = _bearer(authorization)
-    async with transaction(request) as conn:
-        return await auth.authenticate_actor(conn, state(request).settings, token)
+    async with all_tenants_transaction(request) as conn:
+        actor = await auth.authenticate_actor(conn, state(request).settings, token)
+    _enter(request, actor.tenant_id)
+    return actor
 
 
 ActorDep = Annotated[auth.Actor, Depends(current_actor)]
@@ -86,8 +117,10 @@ async def current_operator(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> auth.Operator:
     credential = _bearer(authorization)
-    async with transaction(request) as conn:
-        return await auth.authenticate_operator(conn, state(request).settings, credential)
+    async with all_tenants_transaction(request) as conn:
+        operator = await auth.authenticate_operator(conn, state(request).settings, credential)
+    _enter(request, operator.tenant_id)
+    return operator
 
 
 OperatorDep = Annotated[auth.Operator, Depends(current_operator)]

@@ -26,8 +26,8 @@ async def claim_due_deliveries(
     limit: int,
     lease_seconds: int,
     tenant_id: str | None = None,
-) -> list[dict[str, Any]]:
-    """Claim a batch and return each claimed row's send context."""
+) -> list[tuple[int, str]]:
+    """Claim a batch; (delivery id, tenant id) of each claimed row."""
     result = await conn.execute(
         SQL["claim_due_deliveries"],
         {
@@ -37,6 +37,11 @@ async def claim_due_deliveries(
             "tenant_id": tenant_id,
         },
     )
+    return [(int(row.id), str(row.tenant_id)) for row in result]
+
+
+async def load_send_contexts(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:
+    result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)})
     return [dict(row._mapping) for row in result]
 
 
@@ -66,10 +71,14 @@ class OutcomeRows:
 
     def row(self, index: int) -> OutcomeRows:
         """A one-row copy, for recording rows one by one when a batch write fails."""
-        single = OutcomeRows()
+        return self.subset([index])
+
+    def subset(self, indexes: Sequence[int]) -> OutcomeRows:
+        """A copy holding only the rows at `indexes` (one tenant's rows of a batch)."""
+        part = OutcomeRows()
         for name, values in vars(self).items():
-            getattr(single, name).append(values[index])
-        return single
+            getattr(part, name).extend(values[i] for i in indexes)
+        return part
 
     def params(self) -> dict[str, Any]:
         return {**vars(self), "skipped_statuses": list(vocabulary.SKIPPED_STATUSES)}

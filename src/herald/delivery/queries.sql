@@ -3,27 +3,29 @@
 -- that flips queued → processing and stamps the claim and its lease together (R-STATE-6).
 -- SKIP LOCKED keeps concurrent workers disjoint (R-STATE-17). claimed_at doubles as the lease
 -- token: the recorder only writes an outcome while the row still carries it.
--- The same statement returns everything the send needs. person is LEFT JOINed so an erased
--- recipient (user_id NULL) still loads and is recorded as gone instead of vanishing (R-CHAN-5);
--- the push token row is read now, at send time, not at fan-out (R-CHAN-13).
-WITH claimed AS (
-    UPDATE notification_delivery d
-       SET status = 'processing',
-           claimed_at = clock_timestamp(),
-           lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
-     WHERE d.id IN (
-            SELECT c.id
-              FROM notification_delivery c
-             WHERE c.status = 'queued'
-               AND c.channel = :channel
-               AND c.next_attempt_at <= now()
-               AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
-             ORDER BY c.next_attempt_at, c.id
-             LIMIT :limit
-               FOR UPDATE SKIP LOCKED)
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
-              d.claimed_at, d.recipient_id, d.event_id
-)
+-- This is cross-tenant work (it runs as the schema owner), so it returns ids and tenant ids only;
+-- each tenant's send contexts are then read under that tenant (load_send_contexts).
+UPDATE notification_delivery d
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE d.id IN (
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.status = 'queued'
+           AND c.channel = :channel
+           AND c.next_attempt_at <= now()
+           AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED)
+RETURNING d.id, d.tenant_id;
+
+-- name: load_send_contexts
+-- Everything the send of each claimed row needs, read under the row's tenant (row-level
+-- security). person is LEFT JOINed so an erased recipient (user_id NULL) still loads and is
+-- recorded as gone instead of vanishing (R-CHAN-5); the push token row is read now, at send
+-- time, not at fan-out (R-CHAN-13).
 SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
        d.claimed_at,
        r.user_id, r.variables AS recipient_variables, r.locale,
@@ -31,11 +33,12 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
        t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active
-  FROM claimed d
+  FROM notification_delivery d
   JOIN notification_recipient r ON r.id = d.recipient_id
   JOIN notification_event e ON e.id = d.event_id
   LEFT JOIN person p ON p.id = r.user_id
   LEFT JOIN notification_push_token t ON t.id = d.provider_target_id AND d.channel = 'push'
+ WHERE d.id = ANY(CAST(:ids AS bigint[]))
  ORDER BY d.id;
 
 -- name: record_outcomes

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.channels.base import ProviderOutcome, bounded_detail
 from herald.config import Settings
+from herald.db import tenancy
 from herald.delivery import queries
 from herald.delivery.backoff import backoff_seconds
 from herald.delivery.queries import OutcomeRows
@@ -136,8 +137,7 @@ async def record(engine: AsyncEngine, results: Sequence[Result], settings: Setti
     while True:
         try:
             async with engine.begin() as conn:
-                written = await queries.record_outcomes(conn, rows)
-                await _side_effects(conn, results, written)
+                written = await _write(conn, results, rows)
             database.succeeded()
             break
         except Exception as exc:
@@ -173,14 +173,27 @@ async def _record_one_by_one(
     for index, result in enumerate(results):
         try:
             async with engine.begin() as conn:
-                one = await queries.record_outcomes(conn, rows.row(index))
-                await _side_effects(conn, [result], one)
+                one = await _write(conn, [result], rows.row(index))
             written |= one
         except Exception:
             log.exception(
                 "could not record delivery %s; its lease will expire and the reaper retries it",
                 result.prepared.context["public_id"],
             )
+    return written
+
+
+async def _write(conn: AsyncConnection, results: Sequence[Result], rows: OutcomeRows) -> set[int]:
+    """One statement per tenant in the batch, each under its tenant (row-level security)."""
+    by_tenant: dict[str, list[int]] = {}
+    for index, result in enumerate(results):
+        by_tenant.setdefault(result.prepared.context["tenant_id"], []).append(index)
+    written: set[int] = set()
+    for tenant, indexes in by_tenant.items():
+        await tenancy.enter_tenant(conn, tenant)
+        done = await queries.record_outcomes(conn, rows.subset(indexes))
+        await _side_effects(conn, [results[i] for i in indexes], done)
+        written |= done
     return written
 
 

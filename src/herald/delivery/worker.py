@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.channels.base import Provider, ProviderOutcome
 from herald.config import Settings
+from herald.db import tenancy
 from herald.delivery import queries, recorder
 from herald.delivery.recorder import Result
 from herald.delivery.send import Prepared, prepare
@@ -59,13 +60,20 @@ async def deliver_batch(
     Returns how many were claimed (0: nothing was due).
     """
     async with engine.begin() as conn:
-        contexts = await queries.claim_due_deliveries(
+        claimed = await queries.claim_due_deliveries(
             conn, channel, limit or BATCH_LIMIT.get(channel, 100), settings.lease_seconds, tenant_id
         )
-        if not contexts:
+        if not claimed:
             return 0
-        pairs = sorted({(c["tenant_id"], c["kind"]) for c in contexts})
-        overrides = _overrides(await queries.published_overrides(conn, pairs))
+        # Cross-tenant above (ids only); from here each tenant's rows are read as that tenant.
+        contexts: list[dict[str, Any]] = []
+        overrides: dict[tuple[str, str], dict[OverrideKey, Override]] = {}
+        for tenant, ids in _by_tenant(claimed).items():
+            await tenancy.enter_tenant(conn, tenant)
+            loaded = await queries.load_send_contexts(conn, ids)
+            pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
+            overrides |= _overrides(await queries.published_overrides(conn, pairs))
+            contexts.extend(loaded)
     batch = _Batch(contexts)
     heartbeat = asyncio.create_task(_heartbeat(engine, batch, settings.lease_seconds))
     sends = _start_sends(
@@ -207,6 +215,13 @@ def _start_sends(
             return Result(prepared, outcome)
 
     return [asyncio.ensure_future(one(c)) for c in batch.contexts]
+
+
+def _by_tenant(claimed: Sequence[tuple[int, str]]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for delivery_id, tenant in claimed:
+        grouped.setdefault(tenant, []).append(delivery_id)
+    return grouped
 
 
 def _overrides(

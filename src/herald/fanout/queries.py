@@ -39,13 +39,19 @@ class ClaimedEvent:
 
 async def claim_event(
     conn: AsyncConnection, token: uuid.UUID, tenant_id: str | None, holder: int | None
-) -> ClaimedEvent | None:
+) -> tuple[int, str] | None:
+    """Claim the oldest due event (cross-tenant); its (id, tenant id)."""
     row = (
         await conn.execute(
             SQL["claim_event"], {"token": token, "tenant_id": tenant_id, "holder": holder}
         )
     ).first()
-    return ClaimedEvent(**row._asdict()) if row else None
+    return (int(row.id), str(row.tenant_id)) if row else None
+
+
+async def load_claimed_event(conn: AsyncConnection, event_id: int) -> ClaimedEvent:
+    row = (await conn.execute(SQL["load_claimed_event"], {"event_id": event_id})).one()
+    return ClaimedEvent(**row._asdict())
 
 
 async def lock_claimed_event(conn: AsyncConnection, event_id: int, token: uuid.UUID) -> int | None:

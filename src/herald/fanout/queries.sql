@@ -18,8 +18,15 @@ UPDATE notification_event e
          ORDER BY coalesce(c.scheduled_for, c.created_at), c.id
          LIMIT 1
            FOR UPDATE SKIP LOCKED)
-RETURNING e.id, e.tenant_id, e.public_id, e.kind, e.category, e.priority, e.audience, e.channels,
-          e.variables, e.action_url, e.occurred_at, e.fanout_cursor, e.fanout_attempts;
+RETURNING e.id, e.tenant_id;
+
+-- name: load_claimed_event
+-- The claimed event's content, read under its tenant (the claim above is cross-tenant work and
+-- returns ids only).
+SELECT id, tenant_id, public_id, kind, category, priority, audience, channels, variables,
+       action_url, occurred_at, fanout_cursor, fanout_attempts
+  FROM notification_event
+ WHERE id = :event_id;
 
 -- name: lock_claimed_event
 -- Re-check, under the row lock, that this worker still owns the claim: if the reaper released it

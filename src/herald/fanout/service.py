@@ -19,6 +19,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.audience import service as audience
+from herald.db import tenancy
 from herald.fanout import queries
 from herald.fanout.queries import ClaimedEvent, DeliveryRows
 from herald.kinds import Kind, Registry
@@ -64,8 +65,15 @@ async def claim_next_event(
     holder: int | None = None,
 ) -> ClaimedEvent | None:
     """Claim one due event; the caller commits, so the claim is visible before any work starts.
-    `holder` is the claiming worker's presence key (None: only the ten-lease rule can free it)."""
-    return await queries.claim_event(conn, token, tenant_id, holder)
+    `holder` is the claiming worker's presence key (None: only the ten-lease rule can free it).
+    The claim sees every tenant; the event itself is read under its own tenant, and the rest of
+    this transaction runs as that tenant."""
+    claimed = await queries.claim_event(conn, token, tenant_id, holder)
+    if claimed is None:
+        return None
+    event_id, tenant = claimed
+    await tenancy.enter_tenant(conn, tenant)
+    return await queries.load_claimed_event(conn, event_id)
 
 
 async def fan_out_batch(
@@ -76,7 +84,9 @@ async def fan_out_batch(
     registry: Registry,
     batch_size: int,
 ) -> BatchOutcome:
-    """Write one page of the event's fan-out. Never commits; the caller owns the transaction."""
+    """Write one page of the event's fan-out, as the event's tenant. Never commits; the caller
+    owns the transaction."""
+    await tenancy.enter_tenant(conn, event.tenant_id)
     cursor = await queries.lock_claimed_event(conn, event.id, token)
     if cursor is None:
         return BatchOutcome(lost_claim=True)

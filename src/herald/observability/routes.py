@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from herald.auth.deps import transaction
+from herald.auth.deps import all_tenants_transaction
 from herald.observability import service
 
 router = APIRouter(tags=["ops"])
@@ -13,6 +13,6 @@ router = APIRouter(tags=["ops"])
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    async with transaction(request) as conn:
+    async with all_tenants_transaction(request) as conn:
         body = await service.render_metrics(conn)
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)

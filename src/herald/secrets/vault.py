@@ -26,6 +26,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
+from herald.db import tenancy
 from herald.secrets import queries
 
 # A Redis that does not answer within this long is treated as unavailable: the API answers 503 and
@@ -136,10 +137,12 @@ class TableVault:
         # Its own transaction: the secret must be readable by a worker as soon as the host's
         # event commits, whatever the host does with its own transaction.
         async with self._engine.begin() as conn:
+            await tenancy.enter_tenant(conn, tenant_id)
             await queries.put(conn, ref_id, tenant_id, ciphertext, ttl_seconds)
 
     async def claim(self, tenant_id: str, ref_id: str, holder: str) -> dict[str, str] | None:
         async with self._engine.begin() as conn:
+            await tenancy.enter_tenant(conn, tenant_id)
             ciphertext = await queries.claim(conn, ref_id, tenant_id, holder)
         if ciphertext is None:
             return None
@@ -150,6 +153,7 @@ class TableVault:
 
     async def release(self, tenant_id: str, ref_id: str, holder: str) -> None:
         async with self._engine.begin() as conn:
+            await tenancy.enter_tenant(conn, tenant_id)
             await queries.release(conn, ref_id, tenant_id, holder)
 
     async def ping(self) -> None:

@@ -1,0 +1,102 @@
+"""Tenants kept apart by PostgreSQL itself: row-level security on every tenant table.
+
+Every table with a `tenant_id` has RLS enabled and forced, with one policy for the role
+`herald_app` (NOLOGIN, no BYPASSRLS): a row is visible and writable only while the transaction's
+`herald.tenant_id` setting names its tenant. API requests and per-tenant worker work run
+`SET LOCAL ROLE herald_app` and `SET LOCAL herald.tenant_id` (both transaction-scoped, so a
+pooled connection never carries one tenant to the next); with no tenant set, herald_app sees
+nothing at all.
+
+The connecting user (the schema owner) keeps a policy of its own that sees every row: it is what
+the small, named cross-tenant code runs as — claiming due work by id, the maintenance sweeps,
+authentication by key hash — and what a host's own `send()` runs as, inside the host's
+transaction. FORCE makes even the owner go through a policy, so the owner's access is a written
+rule rather than an implicit bypass.
+
+Migrations call `protect()` for each new tenant table; a test fails when a table carrying
+`tenant_id` is not protected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.errors import ConfigurationError
+
+APP_ROLE = "herald_app"
+TENANT_SETTING = "herald.tenant_id"
+TENANT_POLICY = "herald_tenant_isolation"
+OWNER_POLICY = "herald_owner_all_tenants"
+
+# The tenant of the current transaction; NULL (no row matches) when none was set.
+_CURRENT_TENANT = f"current_setting('{TENANT_SETTING}', true)"
+
+# Tables whose rows belong to a tenant only through a parent row (no tenant_id column of their
+# own): visible to herald_app exactly when the parent is.
+PARENT_SCOPED = {
+    "feed_notification_read": "EXISTS (SELECT 1 FROM feed_notification f "
+    "WHERE f.id = feed_notification_read.notification_id)",
+}
+
+
+class RoleSetupRefused(ConfigurationError):
+    """The migrating user may not create the herald_app role or join it."""
+
+    code = "DATABASE_ROLE_SETUP_REFUSED"
+
+
+def role_sql(user: str) -> list[str]:
+    """What a database administrator runs when the migrating user may not create roles."""
+    return [f"CREATE ROLE {APP_ROLE} NOLOGIN", f'GRANT {APP_ROLE} TO "{user}"']
+
+
+def protect(table: str, *, rule: str | None = None) -> list[str]:
+    """The statements that put `table` under row-level security (idempotent apart from the
+    policies, which a migration creates once). `rule` replaces the tenant_id comparison."""
+    condition = rule or f"tenant_id = {_CURRENT_TENANT}"
+    return [
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON "{table}" TO {APP_ROLE}',
+        f'ALTER TABLE "{table}" ENABLE ROW LEVEL SECURITY',
+        f'ALTER TABLE "{table}" FORCE ROW LEVEL SECURITY',
+        f'CREATE POLICY {TENANT_POLICY} ON "{table}" TO {APP_ROLE} '
+        f"USING ({condition}) WITH CHECK ({condition})",
+        f'CREATE POLICY {OWNER_POLICY} ON "{table}" TO CURRENT_USER USING (true) WITH CHECK (true)',
+    ]
+
+
+def unprotect(table: str) -> list[str]:
+    return [
+        f'DROP POLICY IF EXISTS {OWNER_POLICY} ON "{table}"',
+        f'DROP POLICY IF EXISTS {TENANT_POLICY} ON "{table}"',
+        f'ALTER TABLE "{table}" NO FORCE ROW LEVEL SECURITY',
+        f'ALTER TABLE "{table}" DISABLE ROW LEVEL SECURITY',
+        f'REVOKE ALL ON "{table}" FROM {APP_ROLE}',
+    ]
+
+
+async def enter_tenant(conn: AsyncConnection, tenant_id: str) -> None:
+    """From here to the end of the transaction: role herald_app, tenant `tenant_id`. One round
+    trip; `set_config(..., true)` is SET LOCAL. Calling it again switches the tenant."""
+    await conn.execute(_ENTER, {"tenant": tenant_id})
+
+
+_ENTER = text(
+    f"SELECT set_config('role', '{APP_ROLE}', true), set_config('{TENANT_SETTING}', :tenant, true)"
+)
+
+
+def tenant_tables_sql() -> str:
+    """Every table of the current schema with a tenant_id column."""
+    return (
+        "SELECT table_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND column_name = 'tenant_id' "
+        "AND table_name IN (SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE') ORDER BY 1"
+    )
+
+
+def protected_tables(names: Sequence[str]) -> list[str]:
+    return sorted({*names, *PARENT_SCOPED})
