@@ -39,6 +39,7 @@ from herald.admin.templates.service import Page
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
+from herald.db import tenancy
 from herald.errors import (
     AudienceInvalid,
     AudienceTooLarge,
@@ -424,7 +425,9 @@ async def fire_occurrence(
 ) -> OccurrenceOutcome | None:
     """Claim the schedule's due occurrence, record its event and its run, and advance
     `next_run_at`, all in the caller's one transaction. None when another scheduler has it
-    locked or has already moved it on (nothing is written)."""
+    locked or has already moved it on (nothing is written). Runs as the schedule's tenant: the due
+    scan that found it is cross-tenant and read ids only."""
+    await tenancy.enter_tenant(conn, due.tenant_id)
     row = await queries.lock_occurrence(conn, due.tenant_id, due.id, due.next_run_at)
     if row is None:
         return None
