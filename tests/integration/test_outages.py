@@ -366,3 +366,37 @@ async def test_a_dead_workers_fan_out_claim_is_released_at_once(
     async with engine.begin() as conn:  # another worker takes it straight away
         again = await fanout.claim_next_event(conn, uuid.uuid4(), tenant_id=tenant)
     assert again is not None and again.id == claimed.id and again.fanout_attempts == 2
+
+
+async def test_scheduler_rides_out_a_database_outage_quietly(
+    proxied_engine: AsyncEngine,
+    proxy: TcpProxy,
+    settings: Settings,
+    registry: Registry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 18 (3), R-OPS-5: `herald scheduler` ticking every 100 ms through a 2-second database
+    outage says so once, backs off, says when the database is back, and logs no traceback."""
+    from herald.runtime.scheduler import run_scheduler
+
+    caplog.set_level(logging.INFO, logger="herald")
+    fast = settings.model_copy(update={"feature_reminders": True, "scheduler_tick_seconds": 0.1})
+    stop = asyncio.Event()
+    scheduler = asyncio.create_task(run_scheduler(fast, proxied_engine, registry, stop))
+    try:
+        await asyncio.sleep(0.5)
+        caplog.clear()
+        proxy.cut()
+        await asyncio.sleep(2)
+        proxy.restore()
+        for _ in range(300):
+            if any(r.getMessage().startswith("database is back") for r in caplog.records):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await scheduler
+    assert tracebacks(caplog) == []
+    said = [r.getMessage() for r in caplog.records if r.name == "herald.outages"]
+    assert len(said) == 2, said
+    assert said[0].startswith("database unavailable") and said[1].startswith("database is back")

@@ -98,7 +98,9 @@ class Dependency:
         """Note a failure; only the first of an outage is logged."""
         self.failures += 1
         self.last_reason = describe(exc)
-        if self.down_since is None:
+        if self.down_since is not None:
+            log.debug("%s still unavailable (%s)", self.name, self.last_reason)
+        else:
             self.down_since = time.monotonic()
             log.warning(
                 "%s unavailable (%s); backing off and retrying until it is back",

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
 from herald.kinds import Registry
+from herald.runtime import outages
 from herald.scheduling import service as lease
 from herald.scheduling import worker as cycle
 
@@ -39,18 +40,28 @@ async def run_scheduler(
         "on" if settings.feature_reminders else "off",
     )
     leading = False
+    backoff = outages.Backoff()
     try:
         while not stop.is_set():
+            wait = settings.scheduler_tick_seconds
             try:
                 report = await cycle.run_tick(engine, registry, settings, holder, stop=stop)
+                backoff.reset()
+                outages.state(outages.DATABASE).succeeded()
                 if report.leader != leading:
                     leading = report.leader
                     log.info("scheduler %s the reminder lease", "holds" if leading else "lost")
-            except Exception:
-                # R-OPS-5: a failed tick is logged and the next one runs.
-                log.exception("scheduler tick failed")
+            except Exception as exc:
+                # R-OPS-5: a failed tick is logged and the next one runs. An outage is said once
+                # (herald.runtime.outages) and backed off, never a traceback a tick.
+                dependency = outages.unavailable(exc)
+                if dependency is not None:
+                    outages.state(dependency).failed(exc)
+                else:
+                    log.exception("scheduler tick failed")
+                wait = max(wait, backoff.next_delay())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=settings.scheduler_tick_seconds)
+                await asyncio.wait_for(stop.wait(), timeout=wait)
     finally:
         if leading:
             try:
