@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import JWT_SECRET
+from tests.e2e.failover_cluster import FailoverCluster, unavailable_reason
 from tests.e2e.harness import HeraldProcess, free_port, herald_env
 
 
@@ -38,3 +40,20 @@ def api_url(e2e_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
         yield base_url
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def failover_cluster() -> Iterator[FailoverCluster]:
+    """A pg_auto_failover monitor, primary and secondary on free localhost ports, removed after
+    the module. HERALD_TEST_FAILOVER: unset runs it where pg_autoctl is installed and skips with
+    the reason elsewhere; `required` (CI) fails instead of skipping; `off` skips."""
+    wanted = os.environ.get("HERALD_TEST_FAILOVER", "")
+    if wanted == "off":
+        pytest.skip("failover tests skipped: HERALD_TEST_FAILOVER=off")
+    reason = unavailable_reason()
+    if reason is not None:
+        if wanted == "required":
+            pytest.fail(f"HERALD_TEST_FAILOVER=required, but {reason}")
+        pytest.skip(f"failover tests skipped: {reason}")
+    with FailoverCluster.create() as cluster:
+        yield cluster

@@ -5,6 +5,7 @@ Each provider's helpers carry its name as a prefix (smtp_, resend_, …) so seve
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
@@ -50,12 +51,15 @@ class SmtpRecordingHandler:
 
     `refuse_rcpt` / `refuse_data` hold a full SMTP reply line (e.g. `550 5.1.1 …`); `{address}`
     in it is replaced by the recipient, so a test can check the reply text never leaks.
+    `data_delay_seconds` holds each DATA reply that long, like a provider that takes its time
+    (concurrent sessions wait side by side, not in turn).
     """
 
     received: list[SmtpReceived] = field(default_factory=list)
     refuse_rcpt: str | None = None
     refuse_data: str | None = None
     logins: list[str] = field(default_factory=list)  # usernames that authenticated
+    data_delay_seconds: float = 0.0
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
@@ -66,6 +70,8 @@ class SmtpRecordingHandler:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.data_delay_seconds:
+            await asyncio.sleep(self.data_delay_seconds)
         if self.refuse_data is not None:
             return self.refuse_data
         self.received.append(
@@ -86,10 +92,13 @@ class SmtpTestServer:
 
 
 @contextmanager
-def smtp_server(credentials: tuple[str, str] | None = None) -> Iterator[SmtpTestServer]:
+def smtp_server(
+    credentials: tuple[str, str] | None = None, *, handler: SmtpRecordingHandler | None = None
+) -> Iterator[SmtpTestServer]:
     """A real SMTP server (aiosmtpd, no TLS) on 127.0.0.1 and a free port. With `credentials`
-    it offers AUTH (over plain text: this is a test) and accepts only that username/password."""
-    handler = SmtpRecordingHandler()
+    it offers AUTH (over plain text: this is a test) and accepts only that username/password.
+    `handler` lets a test configure the recording handler (a delay, refusals) up front."""
+    handler = handler or SmtpRecordingHandler()
     auth: dict[str, Any] = {}
     if credentials is not None:
 
