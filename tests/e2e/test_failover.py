@@ -41,7 +41,7 @@ pytestmark = pytest.mark.failover
 
 PEOPLE = 1_000
 READERS = 4  # people whose inbox the API client keeps reading
-SMTP_DELAY_SECONDS = 0.03  # per message, so 1,000 sends take several seconds at 4 at a time
+SMTP_DELAY_SECONDS = 0.02  # per message, so 1,000 sends take several seconds at 4 at a time
 SWITCH_AFTER = 150  # messages the SMTP server has accepted when the failover starts
 # Upper bounds for waits (correctness, not performance): a slow machine only makes it slower.
 START_TIMEOUT = 120.0
@@ -98,7 +98,7 @@ class Reader:
                 except httpx.TransportError as exc:
                     answer = Answer(time.time(), 0, repr(exc), None, "")
                 self.answers.append(answer)
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.1)
 
 
 def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -160,10 +160,13 @@ async def test_failover_under_load_loses_nothing_and_answers_503_not_500(
     - every delivery reaches a final state; every address got its email (nothing lost);
     - no inbox row doubled: one recipient row and one in-app delivery per person;
     - an email reached the provider twice only if its lease was reclaimed (the worker held it at
-      the switch and could not record its outcome), and never more deliveries than one worker
-      holds at once (LOOPS_PER_CHANNEL batches of BATCH_LIMIT) — the provider window;
-    - the API answered only 200 or 503 (Herald's error envelope, with Retry-After), never a 500,
-      and answers 200 again after the switch, from the same process."""
+      the switch and could not record its outcome in time), and never more deliveries than one
+      worker holds at once (LOOPS_PER_CHANNEL batches of BATCH_LIMIT) — the provider window;
+    - the API answered only 200 or 503 DATABASE_UNAVAILABLE (Herald's error envelope, with
+      Retry-After) — never a 500, never a dropped connection — and answers 200 again after the
+      switch, from the same process; worker and API exit cleanly afterwards.
+    The figures (failover → first claim on the new primary, the 503 window, duplicates) are
+    printed and written to test-artifacts/failover.json."""
     cluster = failover_cluster
     with psycopg.connect(libpq_url(cluster.url("postgres")), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{DATABASE}"')
@@ -353,6 +356,5 @@ async def test_failover_under_load_loses_nothing_and_answers_503_not_500(
             if answer.status == 503:
                 assert answer.retry_after, answer
                 assert answer.content_type.startswith("application/json"), answer
-                error = json.loads(answer.body)["error"]
-                assert isinstance(error["code"], str) and error["code"], answer
+                assert json.loads(answer.body)["error"]["code"] == "DATABASE_UNAVAILABLE", answer
         assert answers[-1].status == 200
