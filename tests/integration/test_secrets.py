@@ -294,15 +294,15 @@ async def test_table_vault_is_encrypted_single_use_and_expiring(
     read, refuses expired entries, and a key other than the writer's reads nothing."""
     vault = TableVault(engine, Fernet.generate_key())
     ref = await secrets.stash(
-        vault, tenant_id=tenant, type="otp", values={"code": "493817"}, ttl_seconds=600
+        vault, tenant_id=tenant, type="otp", values={"code": "OTP-493817-Q"}, ttl_seconds=600
     )
-    assert await tables_containing(engine, "493817") == []
+    assert await tables_containing(engine, "OTP-493817-Q") == []
     assert (
         await secrets.resolve(vault, f"{tenant}-other", ref, holder="d1") is None
     )  # tenant-scoped
-    assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "493817"}
+    assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "OTP-493817-Q"}
     # The same delivery may read its claim again (a read whose answer was lost); nobody else may.
-    assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "493817"}
+    assert await secrets.resolve(vault, tenant, ref, holder="d1") == {"code": "OTP-493817-Q"}
     assert await secrets.resolve(vault, tenant, ref, holder="d2") is None
     await secrets.release(vault, tenant, ref, holder="d1")
     assert await secrets.resolve(vault, tenant, ref, holder="d1") is None
