@@ -299,6 +299,65 @@ def keys_create(
     print(key)
 
 
+@keys_app.command("list")
+def keys_list(
+    tenant: TenantOption,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
+) -> None:
+    """List the tenant's API keys, live and revoked: id, prefix, name, scopes and dates.
+
+    The key itself is never shown (Herald keeps only its hash); the prefix is enough to tell
+    keys apart and to revoke one. One key per line on standard output, tab-separated.
+    """
+    from herald.auth import service as auth
+
+    settings = _settings()
+
+    async def listed(conn: AsyncConnection) -> list[Any]:
+        return await auth.list_api_keys(conn, tenant)
+
+    found = _run(_in_transaction(settings, listed))
+    rows = [
+        {
+            "id": str(key.public_id),
+            "prefix": key.prefix,
+            "name": key.name,
+            "scopes": key.scopes,
+            "createdAt": key.created_at.isoformat(),
+            "lastUsedAt": key.last_used_at.isoformat() if key.last_used_at else None,
+            "revokedAt": key.revoked_at.isoformat() if key.revoked_at else None,
+        }
+        for key in found
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    console.print(f"{len(rows)} key(s) in tenant {escape(tenant)}: id, prefix, name, scopes, state")
+    for row in rows:
+        state = f"revoked {row['revokedAt']}" if row["revokedAt"] else "live"
+        used = f"last used {row['lastUsedAt']}" if row["lastUsedAt"] else "never used"
+        scopes = ",".join(row["scopes"])
+        print(f"{row['id']}\t{row['prefix']}…\t{row['name']}\t{scopes}\t{state}\t{used}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    tenant: TenantOption,
+    key: Annotated[str, typer.Argument(help="The key's id, or its prefix as `keys list` shows.")],
+) -> None:
+    """Revoke one API key; it stops authenticating at once. Its id is the last line of stdout."""
+    from herald.auth import service as auth
+
+    settings = _settings()
+
+    async def revoke(conn: AsyncConnection) -> Any:
+        return await auth.revoke_api_key(conn, tenant, key.rstrip("…"))
+
+    revoked = _run(_in_transaction(settings, revoke))
+    console.print(f"revoked {revoked.prefix}… ({escape(revoked.name)}) in tenant {escape(tenant)}")
+    print(revoked.public_id)
+
+
 @app.command()
 def token(
     tenant: TenantOption,

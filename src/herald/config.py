@@ -23,8 +23,21 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".herald")
     db_pool_size: int = Field(default=10, ge=1, le=200)
     redis_url: str | None = None
+    # End-user and operator JWTs (DESIGN.md §5): exactly one key source, which pins the
+    # algorithm — HS256 with the secret, RS256/ES256 with the PEM public key (its type decides),
+    # or RS256/ES256 keys fetched from a JWKS URL (cached, refetched for an unknown `kid`).
     jwt_secret: str | None = None
     jwt_public_key: str | None = None
+    jwt_jwks_url: str | None = None
+    jwt_jwks_cache_seconds: int = Field(default=300, ge=10, le=86_400)
+    # An unknown `kid` refetches the set at most this often (tokens with made-up kids must not
+    # turn Herald into a flood of requests to the identity provider).
+    jwt_jwks_refresh_cooldown_seconds: int = Field(default=30, ge=0, le=3600)
+    # Checked when set: a token must then carry this `aud` / `iss`.
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    # Clock skew tolerated on `exp`, `nbf` and `iat`.
+    jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
     kinds: str | None = None
     required_channels: str = ""
 
@@ -78,6 +91,16 @@ class Settings(BaseSettings):
     telegram_base_url: str = "https://api.telegram.org"
     telegram_rate_per_second: float = Field(default=25.0, gt=0, le=30)
 
+    # Rate limits (R-SEC-14), in the `limits` notation ("100/second", "6000/minute") or "off";
+    # shared by every process through Redis when HERALD_REDIS_URL is set, per process otherwise.
+    # Sends (POST /v1/events, POST /v1/secrets) per API key and per tenant:
+    rate_limit_send_per_key: str = "100/second"
+    rate_limit_send_per_tenant: str = "300/second"
+    # End-user routes (/v1/me/...) per person:
+    rate_limit_per_person: str = "20/second"
+    # GET /metrics: this bearer token, or an API key with the metrics:read scope.
+    metrics_token: str | None = None
+
     # Retention (R-RETENTION-*): events, recipients and deliveries by `occurred_at`, invalidated
     # push tokens by `invalidated_at`, operations-feed rows by `occurred_at`. The events' window
     # must outlast the backfill window (R-OPS-6, checked below).
@@ -116,6 +139,33 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown channel(s) in HERALD_REQUIRED_CHANNELS: {unknown}")
         return value
+
+    @field_validator(
+        "rate_limit_send_per_key", "rate_limit_send_per_tenant", "rate_limit_per_person"
+    )
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        from herald.ratelimit import parse_limit
+
+        parse_limit(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_jwt_key_source(self) -> Settings:
+        # Two sources would let the token's header choose between them: the algorithm-confusion
+        # attack (HS256 "signed" with the RS256 public key) starts exactly there.
+        given = [
+            name
+            for name, value in (
+                ("HERALD_JWT_SECRET", self.jwt_secret),
+                ("HERALD_JWT_PUBLIC_KEY", self.jwt_public_key),
+                ("HERALD_JWT_JWKS_URL", self.jwt_jwks_url),
+            )
+            if value
+        ]
+        if len(given) > 1:
+            raise ValueError(f"set one JWT key source, not {' and '.join(given)}")
+        return self
 
     @field_validator("credit_check_timezone")
     @classmethod

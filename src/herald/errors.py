@@ -94,6 +94,18 @@ class Unauthenticated(HeraldError):
     status = 401
 
 
+class RateLimited(HeraldError):
+    """Too many requests; wait for the number of seconds in Retry-After, then try again."""
+
+    code = "RATE_LIMITED"
+    status = 429
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        # Seconds until the limit lets one more request through (the Retry-After header).
+        self.retry_after = retry_after
+
+
 class Forbidden(HeraldError):
     """The credential is valid but does not cover this surface."""
 
@@ -380,6 +392,12 @@ class RedisUnavailable(ServiceUnavailable):
     """Redis (the secret vault and realtime transport) is unavailable; try again shortly."""
 
     code = "REDIS_UNAVAILABLE"
+
+
+class JwksUnavailable(ServiceUnavailable):
+    """The JWT key set (HERALD_JWT_JWKS_URL) could not be fetched; try again shortly."""
+
+    code = "JWKS_UNAVAILABLE"
 
 
 class InternalError(HeraldError):

@@ -135,6 +135,7 @@ ApiScope = Literal[
     "secrets:write",
     "feed:write",
     "admin",
+    "metrics:read",
 ]
 API_SCOPES: Final[tuple[str, ...]] = get_args(ApiScope)
 

@@ -23,10 +23,12 @@ from herald.errors import (
     DatabaseUnavailable,
     HeraldError,
     InternalError,
+    RateLimited,
     RedisUnavailable,
     ServiceUnavailable,
 )
 from herald.kinds import Registry
+from herald.ratelimit import RateLimits
 from herald.realtime.hub import RealtimeHub, build_hub
 from herald.runtime import outages
 from herald.secrets.vault import Vault, build_vault
@@ -59,6 +61,7 @@ def create_app(
     realtime: RealtimeHub | None = None,
 ) -> FastAPI:
     hub = realtime if realtime is not None else build_hub(settings, engine)
+    rate_limits = RateLimits.build(settings.redis_url)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -68,6 +71,7 @@ def create_app(
             yield
         finally:
             await hub.aclose()
+            await rate_limits.aclose()
 
     app = FastAPI(title="Herald", version="0.1.0", docs_url="/docs", lifespan=lifespan)
     app.state.herald = AppState(
@@ -76,6 +80,7 @@ def create_app(
         registry=registry,
         vault=vault if vault is not None else build_vault(settings, engine),
         realtime=hub,
+        rate_limits=rate_limits,
     )
 
     _note_database_recoveries(engine)
@@ -84,6 +89,12 @@ def create_app(
     async def herald_error(_: Request, exc: HeraldError) -> JSONResponse:
         if isinstance(exc, ServiceUnavailable):
             return unavailable_response(exc)
+        if isinstance(exc, RateLimited):
+            return JSONResponse(
+                error_body(exc.code, exc.message),
+                status_code=exc.status,
+                headers={"Retry-After": str(exc.retry_after)},
+            )
         return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
 
     # A dependency's outage is a quick 503 with Retry-After in Herald's envelope, logged once per

@@ -7,6 +7,7 @@ response is sent, so a client that reads right after a write sees it.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from herald.config import Settings
 from herald.db import tenancy
 from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
+from herald.ratelimit import RateLimits, parse_limit
 from herald.realtime.hub import RealtimeHub
 from herald.secrets.vault import Vault
 
@@ -32,6 +34,8 @@ class AppState:
     vault: Vault
     # The process's one realtime listener and its open streams (started by the app's lifespan).
     realtime: RealtimeHub
+    # Send and end-user rate limits: Redis-backed (shared by every process) or this process's.
+    rate_limits: RateLimits
 
 
 def state(request: Request) -> AppState:
@@ -100,13 +104,43 @@ def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
     return dependency
 
 
+def limit_sends(scope: str, route: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
+    """require_scope, then the send limits (R-SEC-14): one hit on the key's window and one on
+    the tenant's, counted per route (`events`, `secrets`), 429 RATE_LIMITED when either is full."""
+    authenticate = require_scope(scope)
+
+    async def dependency(
+        request: Request, caller: Annotated[auth.ApiCaller, Depends(authenticate)]
+    ) -> auth.ApiCaller:
+        app_state = state(request)
+        settings = app_state.settings
+        limiter = app_state.rate_limits
+        await limiter.check(
+            parse_limit(settings.rate_limit_send_per_key), route, "key", caller.key_id
+        )
+        await limiter.check(
+            parse_limit(settings.rate_limit_send_per_tenant), route, "tenant", caller.tenant_id
+        )
+        return caller
+
+    return dependency
+
+
 async def current_actor(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> auth.Actor:
+    """The end user of a /v1/me route, within their per-person rate limit (R-SEC-14)."""
     token = _bearer(authorization)
+    app_state = state(request)
     async with all_tenants_transaction(request) as conn:
-        actor = await auth.authenticate_actor(conn, state(request).settings, token)
+        actor = await auth.authenticate_actor(conn, app_state.settings, token)
     _enter(request, actor.tenant_id)
+    await app_state.rate_limits.check(
+        parse_limit(app_state.settings.rate_limit_per_person),
+        "person",
+        actor.tenant_id,
+        str(actor.person_id),
+    )
     return actor
 
 
@@ -126,8 +160,31 @@ async def current_operator(
 OperatorDep = Annotated[auth.Operator, Depends(current_operator)]
 
 
+async def metrics_reader(
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header()] = None,
+) -> None:
+    """GET /metrics needs HERALD_METRICS_TOKEN as a bearer token, or an API key with the
+    metrics:read scope: the backlog figures say how busy each channel is, which is nobody's
+    business but the operator's."""
+    credential = x_api_key or _bearer(authorization)
+    expected = state(request).settings.metrics_token
+    if expected and hmac.compare_digest(credential.encode(), expected.encode()):
+        return
+    if not credential.startswith(auth.KEY_PREFIX):
+        raise Unauthenticated("expected HERALD_METRICS_TOKEN or an API key")
+    async with all_tenants_transaction(request) as conn:
+        caller = await auth.authenticate_key(conn, credential)
+    if not caller.allows("metrics:read"):
+        raise Forbidden("this API key lacks the metrics:read scope")
+
+
 EventsWriter = Annotated[auth.ApiCaller, Depends(require_scope("events:write"))]
 EventsReader = Annotated[auth.ApiCaller, Depends(require_scope("events:read"))]
 DirectoryWriter = Annotated[auth.ApiCaller, Depends(require_scope("directory:write"))]
-SecretsWriter = Annotated[auth.ApiCaller, Depends(require_scope("secrets:write"))]
+SecretsWriter = Annotated[auth.ApiCaller, Depends(limit_sends("secrets:write", "secrets"))]
+# POST /v1/events: the events:write scope and the send limits.
+EventsSender = Annotated[auth.ApiCaller, Depends(limit_sends("events:write", "events"))]
+MetricsReader = Depends(metrics_reader)
 FeedWriter = Annotated[auth.ApiCaller, Depends(require_scope("feed:write"))]

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, insert, select, true, update
+from sqlalchemy import ColumnElement, Row, Table, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
+
+
+@dataclass(frozen=True)
+class ApiKeyRow:
+    """What may be shown of a key: never the key, never its hash."""
+
+    public_id: uuid.UUID
+    name: str
+    prefix: str
+    scopes: list[str]
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
 
 
 async def insert_api_key(
@@ -26,17 +43,19 @@ async def insert_api_key(
     )
 
 
-async def find_api_key(conn: AsyncConnection, key_hash: str) -> tuple[str, list[str]] | None:
-    """Return (tenant_id, scopes) of a live key, touching last_used_at."""
+async def find_api_key(
+    conn: AsyncConnection, key_hash: str
+) -> tuple[str, list[str], uuid.UUID] | None:
+    """Return (tenant_id, scopes, public id) of a live key, touching last_used_at."""
     row = (
         await conn.execute(
             update(s.api_key)
             .where(s.api_key.c.key_hash == key_hash, s.api_key.c.revoked_at.is_(None))
             .values(last_used_at=func.now())
-            .returning(s.api_key.c.tenant_id, s.api_key.c.scopes)
+            .returning(s.api_key.c.tenant_id, s.api_key.c.scopes, s.api_key.c.public_id)
         )
     ).first()
-    return (row.tenant_id, list(row.scopes)) if row else None
+    return (row.tenant_id, list(row.scopes), row.public_id) if row else None
 
 
 async def find_actor(
@@ -88,3 +107,67 @@ async def role_grants(conn: AsyncConnection, role_id: int) -> tuple[list[str], b
         )
     ).one()
     return list(row.permissions), bool(row.is_superadmin)
+
+
+async def list_api_keys(conn: AsyncConnection, tenant_id: str) -> list[ApiKeyRow]:
+    """Every key of the tenant, live and revoked, oldest first; never the hash."""
+    k = s.api_key
+    rows = await conn.execute(
+        select(*_shown(k)).where(k.c.tenant_id == tenant_id).order_by(k.c.created_at, k.c.id)
+    )
+    return [_key_row(row) for row in rows]
+
+
+async def revoke_api_keys(
+    conn: AsyncConnection, tenant_id: str, *, public_id: uuid.UUID | None, prefix: str | None
+) -> list[ApiKeyRow]:
+    """Revoke the tenant's live keys with this public id or this prefix; returns what it revoked.
+
+    The caller refuses a prefix that matches more than one key before calling (see
+    matching_live_keys), so one statement both decides and revokes."""
+    k = s.api_key
+    match = k.c.public_id == public_id if public_id is not None else k.c.prefix == prefix
+    rows = await conn.execute(
+        update(k)
+        .where(k.c.tenant_id == tenant_id, k.c.revoked_at.is_(None), match)
+        .values(revoked_at=func.now())
+        .returning(*_shown(k))
+    )
+    return [_key_row(row) for row in rows]
+
+
+async def count_live_keys_with_prefix(conn: AsyncConnection, tenant_id: str, prefix: str) -> int:
+    k = s.api_key
+    return int(
+        (
+            await conn.execute(
+                select(func.count()).where(
+                    k.c.tenant_id == tenant_id, k.c.prefix == prefix, k.c.revoked_at.is_(None)
+                )
+            )
+        ).scalar_one()
+    )
+
+
+def _shown(k: Table) -> tuple[ColumnElement[Any], ...]:
+    return (
+        k.c.public_id,
+        k.c.name,
+        k.c.prefix,
+        k.c.scopes,
+        k.c.created_at,
+        k.c.last_used_at,
+        k.c.revoked_at,
+    )
+
+
+def _key_row(row: Row[Any]) -> ApiKeyRow:
+    return ApiKeyRow(
+        public_id=row.public_id,
+        name=row.name,
+        prefix=row.prefix,
+        scopes=list(row.scopes),
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+    )

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import secrets
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
@@ -17,7 +22,9 @@ from herald.auth import queries
 from herald.config import Settings
 from herald.errors import (
     ConfigurationError,
+    Conflict,
     Forbidden,
+    JwksUnavailable,
     NotFound,
     Unauthenticated,
     ValidationFailed,
@@ -30,6 +37,8 @@ KEY_PREFIX = "hk_"
 class ApiCaller:
     tenant_id: str
     scopes: frozenset[str]
+    # The key's public id (what `herald keys list` shows): the per-key rate limit's identity.
+    key_id: str = ""
 
     def allows(self, scope: str) -> bool:
         return "*" in self.scopes or scope in self.scopes
@@ -75,8 +84,38 @@ async def authenticate_key(conn: AsyncConnection, key: str) -> ApiCaller:
     found = await queries.find_api_key(conn, hash_key(key))
     if found is None:
         raise Unauthenticated("unknown or revoked API key")
-    tenant_id, scopes = found
-    return ApiCaller(tenant_id=tenant_id, scopes=frozenset(scopes))
+    tenant_id, scopes, public_id = found
+    return ApiCaller(tenant_id=tenant_id, scopes=frozenset(scopes), key_id=str(public_id))
+
+
+async def list_api_keys(conn: AsyncConnection, tenant_id: str) -> list[queries.ApiKeyRow]:
+    """The tenant's keys, live and revoked: id, name, prefix, scopes and dates, never the key."""
+    return await queries.list_api_keys(conn, tenant_id)
+
+
+async def revoke_api_key(
+    conn: AsyncConnection, tenant_id: str, prefix_or_id: str
+) -> queries.ApiKeyRow:
+    """Revoke one live key of the tenant, named by its public id or by its prefix (`hk_…`, as
+    `keys list` shows it). A key of another tenant is not found; a prefix shared by two live
+    keys is refused (name the key by its id instead); a revoked key stops authenticating at
+    once (authenticate_key reads revoked_at on every request)."""
+    wanted = prefix_or_id.strip()
+    public_id: uuid.UUID | None = None
+    prefix: str | None = None
+    try:
+        public_id = uuid.UUID(wanted)
+    except ValueError:
+        prefix = wanted
+    if prefix is not None:
+        if not prefix.startswith(KEY_PREFIX):
+            raise ValidationFailed(f"expected a key id or a prefix starting {KEY_PREFIX}")
+        if await queries.count_live_keys_with_prefix(conn, tenant_id, prefix) > 1:
+            raise Conflict(f"more than one live key starts {prefix}; revoke it by its id")
+    revoked = await queries.revoke_api_keys(conn, tenant_id, public_id=public_id, prefix=prefix)
+    if not revoked:
+        raise NotFound(f"tenant {tenant_id!r} has no live API key {wanted!r}")
+    return revoked[0]
 
 
 def sign_token(
@@ -96,24 +135,105 @@ def sign_token(
     return jwt.encode(claims, settings.jwt_secret, algorithm="HS256")
 
 
-def verify_token(settings: Settings, token: str) -> dict[str, Any]:
-    if settings.jwt_public_key:
-        key, algorithms = settings.jwt_public_key, ["RS256"]
+# Asymmetric algorithms a public key or a JWKS key may pin; never an HMAC one (a public key used
+# as an HMAC secret is the algorithm-confusion attack) and never `none`.
+_ASYMMETRIC = {"RSA": "RS256", "EC": "ES256"}
+
+
+def verify_token(settings: Settings, token: str, key: Any = None) -> dict[str, Any]:
+    """Verify a JWT against the one configured key source, with its algorithm pinned.
+
+    `exp`, `sub` and `tid` are required; `aud` and `iss` are checked (and required) when
+    HERALD_JWT_AUDIENCE / HERALD_JWT_ISSUER are set; HERALD_JWT_LEEWAY_SECONDS of clock skew is
+    tolerated. `key` is a JWKS key already chosen by the token's `kid` (see verify_token_async).
+    """
+    if key is not None:
+        verifying_key, algorithms = key.key, [_jwk_algorithm(key)]
+    elif settings.jwt_jwks_url:
+        raise ConfigurationError("a JWKS key is fetched by verify_token_async")
+    elif settings.jwt_public_key:
+        verifying_key, algorithms = _public_key(settings.jwt_public_key)
     elif settings.jwt_secret:
-        key, algorithms = settings.jwt_secret, ["HS256"]
+        verifying_key, algorithms = settings.jwt_secret, ["HS256"]
     else:
         raise Unauthenticated("this Herald has no JWT key configured")
+    required = ["sub", "tid", "exp"]
+    required += ["aud"] if settings.jwt_audience else []
+    required += ["iss"] if settings.jwt_issuer else []
     try:
         claims: dict[str, Any] = jwt.decode(
-            token, key, algorithms=algorithms, options={"require": ["sub", "tid", "exp"]}
+            token,
+            verifying_key,
+            algorithms=algorithms,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+            leeway=settings.jwt_leeway_seconds,
+            options={"require": required},
         )
     except jwt.PyJWTError as exc:
         raise Unauthenticated(f"invalid token: {exc}") from None
+    for claim in ("sub", "tid"):
+        if not isinstance(claims[claim], str) or not claims[claim]:
+            raise Unauthenticated(f"invalid token: {claim} must be a non-empty string")
     return claims
 
 
+async def verify_token_async(settings: Settings, token: str) -> dict[str, Any]:
+    """verify_token, fetching the signing key from HERALD_JWT_JWKS_URL first when that is the
+    key source (PyJWKClient caches the set and refetches it once for an unknown `kid`, which is
+    how a rotated key is picked up)."""
+    if not settings.jwt_jwks_url:
+        return verify_token(settings, token)
+    client = _jwks_client(
+        settings.jwt_jwks_url,
+        settings.jwt_jwks_cache_seconds,
+        settings.jwt_jwks_refresh_cooldown_seconds,
+    )
+    try:
+        # PyJWKClient fetches with urllib, synchronously: off the event loop.
+        key = await asyncio.to_thread(client.get_signing_key_from_jwt, token)
+    except jwt.PyJWKClientConnectionError:
+        raise JwksUnavailable() from None
+    except jwt.PyJWTError as exc:
+        raise Unauthenticated(f"invalid token: {exc}") from None
+    return verify_token(settings, token, key)
+
+
+@functools.lru_cache(maxsize=8)
+def _jwks_client(url: str, cache_seconds: int, cooldown_seconds: int) -> jwt.PyJWKClient:
+    # One client per URL per process, so its cache of the key set outlives a request.
+    return jwt.PyJWKClient(
+        url,
+        cache_jwk_set=True,
+        lifespan=cache_seconds,
+        cooldown_duration=cooldown_seconds,
+        timeout=5,
+    )
+
+
+def _jwk_algorithm(key: jwt.PyJWK) -> str:
+    algorithm = _ASYMMETRIC.get(str(key.key_type))
+    if algorithm is None or key.algorithm_name != algorithm:
+        raise Unauthenticated("invalid token: the key set offers no RS256 or ES256 key for it")
+    return algorithm
+
+
+@functools.lru_cache(maxsize=4)
+def _public_key(pem: str) -> tuple[Any, list[str]]:
+    """The PEM key and the one algorithm its type allows (RSA: RS256, EC P-256: ES256)."""
+    try:
+        key = serialization.load_pem_public_key(pem.encode())
+    except ValueError:
+        raise ConfigurationError("HERALD_JWT_PUBLIC_KEY is not a PEM public key") from None
+    if isinstance(key, rsa.RSAPublicKey):
+        return key, ["RS256"]
+    if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+        return key, ["ES256"]
+    raise ConfigurationError("HERALD_JWT_PUBLIC_KEY must be an RSA or an EC P-256 public key")
+
+
 async def authenticate_actor(conn: AsyncConnection, settings: Settings, token: str) -> Actor:
-    claims = verify_token(settings, token)
+    claims = await verify_token_async(settings, token)
     tenant_id, subject = str(claims["tid"]), str(claims["sub"])
     role_code = claims.get("role")
     role_code = str(role_code) if role_code else None

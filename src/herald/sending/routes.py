@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
-from herald.auth.deps import EventsReader, EventsWriter, state, transaction
+from herald.auth.deps import EventsReader, EventsSender, EventsWriter, state, transaction
 from herald.errors import EventNotFound
 from herald.sending import service
 from herald.sending.schemas import EventCancelled, EventCreate, EventCreated, EventStatus
@@ -20,7 +20,7 @@ async def create_event(
     body: EventCreate,
     request: Request,
     response: Response,
-    caller: EventsWriter,
+    caller: EventsSender,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> EventCreated:
     send_input = service.SendInput(
