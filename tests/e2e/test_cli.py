@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
 import jwt
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.auth import service as auth
+from herald.errors import Unauthenticated
 from herald.sending import service as sending
 from tests.conftest import JWT_SECRET
 from tests.e2e.harness import herald_env, last_line, run_cli
@@ -128,3 +131,80 @@ def test_unreachable_database_is_one_line_not_a_traceback(e2e_env: dict[str, str
     assert refused.returncode == 1
     assert "cannot reach the database" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+async def test_keys_list_shows_prefixes_never_keys(
+    e2e_env: dict[str, str], engine: AsyncEngine, tenant: str
+) -> None:
+    """R-SEC-1: `herald keys list` shows each key of the tenant — id, prefix, name, scopes,
+    state — and never the key itself; another tenant's keys are not listed."""
+    async with engine.begin() as conn:
+        first = await auth.create_api_key(
+            conn, tenant_id=tenant, scopes=["events:write"], name="app"
+        )
+        second = await auth.create_api_key(conn, tenant_id=tenant, scopes=["*"], name="ops")
+        foreign = await auth.create_api_key(conn, tenant_id=f"{tenant}-other", scopes=["*"])
+    listed = run_cli(["keys", "list", "--tenant", tenant], e2e_env)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].split("\t")[1:5] == [f"{first[:10]}…", "app", "events:write", "live"]
+    assert lines[1].split("\t")[1:5] == [f"{second[:10]}…", "ops", "*", "live"]
+    as_json = run_cli(["keys", "list", "--tenant", tenant, "--json"], e2e_env)
+    rows = json.loads(last_line(as_json.stdout))
+    assert [row["prefix"] for row in rows] == [first[:10], second[:10]]
+    for output in (listed.stdout + listed.stderr, as_json.stdout + as_json.stderr):
+        for key in (first, second, foreign):
+            assert key not in output
+            assert key[10:] not in output  # nothing past the prefix
+        assert foreign[:10] not in output
+
+
+async def test_keys_revoke_by_prefix_or_id_stops_the_key(
+    e2e_env: dict[str, str], engine: AsyncEngine, tenant: str
+) -> None:
+    """R-SEC-1: `herald keys revoke --tenant T PREFIX_OR_ID` revokes one key, which stops
+    authenticating at once; the list shows it revoked; revoking it again, or naming another
+    tenant's key, fails with NOT_FOUND and revokes nothing."""
+    async with engine.begin() as conn:
+        by_prefix = await auth.create_api_key(conn, tenant_id=tenant, scopes=["events:write"])
+        by_id = await auth.create_api_key(conn, tenant_id=tenant, scopes=["events:read"])
+        kept = await auth.create_api_key(conn, tenant_id=tenant, scopes=["events:read"])
+        foreign = await auth.create_api_key(conn, tenant_id=f"{tenant}-other", scopes=["*"])
+    rows = json.loads(
+        last_line(run_cli(["keys", "list", "--tenant", tenant, "--json"], e2e_env).stdout)
+    )
+    id_of = {row["prefix"]: row["id"] for row in rows}
+
+    revoked = run_cli(["keys", "revoke", "--tenant", tenant, f"{by_prefix[:10]}…"], e2e_env)
+    assert revoked.returncode == 0, revoked.stderr
+    assert last_line(revoked.stdout) == id_of[by_prefix[:10]]
+    revoked = run_cli(["keys", "revoke", "--tenant", tenant, id_of[by_id[:10]]], e2e_env)
+    assert revoked.returncode == 0, revoked.stderr
+
+    for key in (by_prefix, by_id):
+        async with engine.begin() as conn:
+            with pytest.raises(Unauthenticated):
+                await auth.authenticate_key(conn, key)
+    async with engine.begin() as conn:
+        assert (await auth.authenticate_key(conn, kept)).tenant_id == tenant
+        assert (await auth.authenticate_key(conn, foreign)).tenant_id == f"{tenant}-other"
+
+    again = run_cli(["keys", "revoke", "--tenant", tenant, by_prefix[:10]], e2e_env)
+    assert again.returncode == 1 and "NOT_FOUND" in again.stderr
+    cross = run_cli(["keys", "revoke", "--tenant", tenant, foreign[:10]], e2e_env)
+    assert cross.returncode == 1 and "NOT_FOUND" in cross.stderr
+    listed = json.loads(
+        last_line(run_cli(["keys", "list", "--tenant", tenant, "--json"], e2e_env).stdout)
+    )
+    states = {row["prefix"]: row["revokedAt"] is not None for row in listed}
+    assert states == {by_prefix[:10]: True, by_id[:10]: True, kept[:10]: False}
+
+
+def test_keys_revoke_refuses_something_that_is_not_a_key(
+    e2e_env: dict[str, str], tenant: str
+) -> None:
+    """Bad input is a clear error with a code, not a traceback."""
+    refused = run_cli(["keys", "revoke", "--tenant", tenant, "whatever"], e2e_env)
+    assert refused.returncode == 1
+    assert "VALIDATION_FAILED" in refused.stderr and "Traceback" not in refused.stderr

@@ -847,3 +847,63 @@ def telegram_server(bot_token: str) -> Iterator[TelegramTestServer]:
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# JWKS: an identity provider's key set (GET /.well-known/jwks.json), rotatable by the test.
+# ---------------------------------------------------------------------------------------------
+
+
+class JwksTestServer:
+    """Serves `keys` as a JWK Set and counts the fetches; a test rotates by replacing `keys`."""
+
+    def __init__(self) -> None:
+        self.keys: list[dict[str, Any]] = []
+        self.fetches = 0
+        self._httpd = _JwksHTTPServer(("127.0.0.1", 0), _JwksHandler)
+        self._httpd.owner = self
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/.well-known/jwks.json"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class _JwksHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    owner: JwksTestServer
+
+
+class _JwksHandler(BaseHTTPRequestHandler):
+    server: _JwksHTTPServer
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        owner.fetches += 1
+        payload = json.dumps({"keys": owner.keys}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read `fetches`, not stderr."""
+
+
+@contextmanager
+def jwks_server() -> Iterator[JwksTestServer]:
+    server = JwksTestServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
