@@ -33,6 +33,9 @@ from herald.runtime import outages
 OFF = "off"
 # Redis calls of the limiter give up quickly: a frozen Redis must not hold a request for long.
 REDIS_TIMEOUT_SECONDS = 2.0
+# After a failed Redis call, requests pass without asking Redis for this long, so an outage costs
+# one timeout a second, not one per request.
+REDIS_RETRY_SECONDS = 1.0
 
 
 @functools.lru_cache(maxsize=32)
@@ -74,6 +77,7 @@ class RateLimits:
         self._limiter = MovingWindowRateLimiter(storage)
         # True when the counters live in Redis and every process shares them.
         self.shared = shared
+        self._unchecked_until = 0.0
 
     @classmethod
     def build(cls, redis_url: str | None) -> RateLimits:
@@ -91,12 +95,15 @@ class RateLimits:
 
     async def try_hit(self, item: limits.RateLimitItem, *identifiers: str) -> Verdict:
         """Take one hit if the window has room; otherwise say when it will have."""
+        if self.shared and time.monotonic() < self._unchecked_until:
+            return Verdict(True)
         try:
             allowed = await self._limiter.hit(item, *identifiers)
             stats = None if allowed else await self._limiter.get_window_stats(item, *identifiers)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             # Fail open (module docstring); the tracker logs the outage once, not per request.
             outages.state(outages.REDIS).failed(exc)
+            self._unchecked_until = time.monotonic() + REDIS_RETRY_SECONDS
             return Verdict(True)
         if self.shared:
             outages.state(outages.REDIS).succeeded()

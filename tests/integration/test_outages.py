@@ -184,6 +184,7 @@ async def test_readyz_names_a_frozen_redis(
             assert "Retry-After" in stash.headers
             assert (await http.get("/readyz")).status_code == 200
         await app.state.herald.vault.aclose()
+        await app.state.herald.rate_limits.aclose()
 
 
 async def test_a_frozen_redis_delays_a_reset_email_and_never_drops_it(

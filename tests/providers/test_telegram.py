@@ -7,9 +7,11 @@ import asyncio
 import heapq
 import itertools
 import logging
+import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any
 
+import limits
 import pytest
 
 from herald.channels.base import Message, ProviderOutcome
@@ -21,6 +23,7 @@ from herald.channels.telegram import (
     mask_chat_id,
 )
 from herald.config import Settings
+from herald.ratelimit import RateLimits
 from tests.providers.servers import (
     TelegramReply,
     TelegramTestServer,
@@ -32,6 +35,8 @@ from tests.providers.servers import (
 BOT_TOKEN = "7123456789:AAHk-test_bot_token-Zx9yW8vU7tS6rQ5p"
 CHAT_ID = "987654321"
 OTP = "OTP-884213"
+# An upper bound against hangs, never an expectation.
+WAIT_SECONDS = 10.0
 BODY = "<b>Sports day moved</b>: it is now on Friday &amp; Saturday."
 ACTION_URL = "https://school.example/announcements/42"
 
@@ -484,3 +489,62 @@ async def test_the_provider_paces_sends_through_its_limiter(server: TelegramTest
         await provider.aclose()
     assert clock.slept == pytest.approx([1.0, 1.0])
     assert len(server.requests) == 3
+
+
+# -- the budget shared by worker processes (Redis) ------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_with_redis_worker_processes_share_one_bot_budget(redis_url: str) -> None:
+    """R-TG-9: with Redis, the bot's rate is one budget for every worker process, not one each:
+    once one process's limiter has used the window, another process's limiter waits for it.
+    Here the budget is 3 a minute, so "waits" is unmistakable."""
+    budget = limits.RateLimitItemPerMinute(3)
+    bot = f"bot-{uuid.uuid4().hex}"  # a window of this test's own in Redis
+    one, two = (
+        TelegramRateLimiter(1000, shared=RateLimits.build(redis_url), shared_rate=budget, bot=bot)
+        for _ in range(2)
+    )
+    try:
+        assert one.shared and two.shared
+        for chat in ("a", "b"):
+            await asyncio.wait_for(one.acquire(chat), WAIT_SECONDS)
+        await asyncio.wait_for(two.acquire("c"), WAIT_SECONDS)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(two.acquire("d"), 1.0)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(one.acquire("e"), 1.0)
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+@pytest.mark.redis
+async def test_with_redis_one_chat_gets_one_message_a_second_across_processes(
+    redis_url: str,
+) -> None:
+    """R-TG-9 (decision 4): the one-message-a-second spacing of a chat holds across processes:
+    right after one process sent to a chat, another process's send to it has to wait."""
+    chat = f"chat-{uuid.uuid4().hex}"
+    one, two = (
+        TelegramRateLimiter(1000, per_chat_interval=60, shared=RateLimits.build(redis_url))
+        for _ in range(2)
+    )
+    try:
+        await asyncio.wait_for(one.acquire(chat), WAIT_SECONDS)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(two.acquire(chat), 1.0)
+        await asyncio.wait_for(two.acquire(f"{chat}-other"), WAIT_SECONDS)
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+def test_without_redis_the_pace_is_per_process() -> None:
+    """R-TG-9 (documented): without HERALD_REDIS_URL the provider paces its own process only."""
+    provider = TelegramProvider(_settings("http://127.0.0.1:9"))
+    assert not provider.limiter.shared
+    shared = TelegramProvider(
+        _settings("http://127.0.0.1:9").model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    )
+    assert shared.limiter.shared

@@ -85,6 +85,18 @@ def _bearer(authorization: str | None) -> str:
     return credential.strip()
 
 
+async def _scoped_caller(
+    request: Request, authorization: str | None, x_api_key: str | None, scope: str
+) -> auth.ApiCaller:
+    key = x_api_key or _bearer(authorization)
+    async with all_tenants_transaction(request) as conn:
+        caller = await auth.authenticate_key(conn, key)
+    if not caller.allows(scope):
+        raise Forbidden(f"this API key lacks the {scope} scope")
+    _enter(request, caller.tenant_id)
+    return caller
+
+
 def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
     """A dependency that authenticates an API key and checks one scope."""
 
@@ -93,13 +105,7 @@ def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
         authorization: Annotated[str | None, Header()] = None,
         x_api_key: Annotated[str | None, Header()] = None,
     ) -> auth.ApiCaller:
-        key = x_api_key or _bearer(authorization)
-        async with all_tenants_transaction(request) as conn:
-            caller = await auth.authenticate_key(conn, key)
-        if not caller.allows(scope):
-            raise Forbidden(f"this API key lacks the {scope} scope")
-        _enter(request, caller.tenant_id)
-        return caller
+        return await _scoped_caller(request, authorization, x_api_key, scope)
 
     return dependency
 
@@ -107,11 +113,13 @@ def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
 def limit_sends(scope: str, route: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
     """require_scope, then the send limits (R-SEC-14): one hit on the key's window and one on
     the tenant's, counted per route (`events`, `secrets`), 429 RATE_LIMITED when either is full."""
-    authenticate = require_scope(scope)
 
     async def dependency(
-        request: Request, caller: Annotated[auth.ApiCaller, Depends(authenticate)]
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        x_api_key: Annotated[str | None, Header()] = None,
     ) -> auth.ApiCaller:
+        caller = await _scoped_caller(request, authorization, x_api_key, scope)
         app_state = state(request)
         settings = app_state.settings
         limiter = app_state.rate_limits

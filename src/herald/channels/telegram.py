@@ -10,8 +10,12 @@ The bot token is part of every request URL. It must never reach a log line, an e
 exception message: exceptions are mapped on their type only (their text can carry the URL), and
 a filter on httpx's logger redacts the token from httpx's own request log.
 
-Sending is paced per process (R-TG-9, decision 4): a token bucket at HERALD_TELEGRAM_RATE_PER_SECOND
-across all chats, and at most one message a second to any one chat.
+Sending is paced (R-TG-9, decision 4) at HERALD_TELEGRAM_RATE_PER_SECOND across all chats, and at
+most one message a second to any one chat. Each process paces itself smoothly (a token bucket on
+an injectable clock); with HERALD_REDIS_URL set, every send also takes a slot in a moving window
+shared by all worker processes (the `limits` library over Redis), so N workers together stay
+within the bot's one budget instead of N times it. Without Redis the pace is per process, and N
+workers may send N times the rate (README, Security).
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from typing import Any, Final, Literal, get_args
 from urllib.parse import quote
 
 import httpx
+import limits
 from typing_extensions import override
 
 from herald.channels.base import Message, ProviderOutcome, http_client
 from herald.config import Settings
+from herald.ratelimit import RateLimits
 from herald.rendering.urls import is_safe_action_url
 
 logger = logging.getLogger(__name__)
@@ -88,6 +94,9 @@ class TelegramRateLimiter:
         max_chats: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        shared: RateLimits | None = None,
+        shared_rate: limits.RateLimitItem | None = None,
+        bot: str = "bot",
     ) -> None:
         if rate_per_second <= 0 or burst < 1 or max_chats < 1:
             raise ValueError("rate_per_second must be > 0, burst >= 1 and max_chats >= 1")
@@ -100,6 +109,13 @@ class TelegramRateLimiter:
         self._tokens = burst
         self._refilled_at = clock()
         self._chat_next: OrderedDict[str, float] = OrderedDict()
+        # The budget shared by every worker process (Redis), and the windows it is counted in.
+        self._shared = shared
+        self._shared_rate = shared_rate or _per_second_item(rate_per_second)
+        self._shared_per_chat = _per_second_item(1 / per_chat_interval)
+        # Whose budget: the bot's numeric id (the public half of its token), so two deployments
+        # with different bots sharing a Redis do not share a budget.
+        self._bot = bot
 
     async def acquire(self, chat: str) -> None:
         while True:
@@ -111,8 +127,21 @@ class TelegramRateLimiter:
             if wait <= 0:
                 self._tokens = max(0.0, self._tokens - 1)
                 self._set_chat_next(chat, now + self._per_chat)
-                return
+                break
             await self._sleep(wait)
+        if self._shared is not None:
+            # This process's pace allows it; now the bot's budget across every process must too.
+            await self._shared.acquire(self._shared_per_chat, "telegram", self._bot, chat)
+            await self._shared.acquire(self._shared_rate, "telegram", self._bot)
+
+    @property
+    def shared(self) -> bool:
+        """Whether sends are also counted in a budget shared by every worker process."""
+        return self._shared is not None and self._shared.shared
+
+    async def aclose(self) -> None:
+        if self._shared is not None:
+            await self._shared.aclose()
 
     def hold_chat(self, chat: str, seconds: float) -> None:
         """Telegram asked for `seconds` of quiet on this chat (a 429's retry_after)."""
@@ -146,6 +175,13 @@ class TelegramRateLimiter:
             self._chat_next.popitem(last=False)
 
 
+def _per_second_item(rate: float) -> limits.RateLimitItem:
+    """`rate` a second as a moving-window item: N per second, or 1 per N seconds below one."""
+    if rate >= 1:
+        return limits.RateLimitItemPerSecond(math.floor(rate))
+    return limits.RateLimitItemPerSecond(1, math.ceil(1 / rate))
+
+
 class TelegramProvider:
     """The Telegram provider: configured when HERALD_TELEGRAM_BOT_TOKEN is set."""
 
@@ -162,7 +198,11 @@ class TelegramProvider:
     ) -> None:
         self._settings = settings
         self._token = settings.telegram_bot_token or None
-        self._limiter = limiter or TelegramRateLimiter(settings.telegram_rate_per_second)
+        self._limiter = limiter or TelegramRateLimiter(
+            settings.telegram_rate_per_second,
+            shared=RateLimits.build(settings.redis_url) if settings.redis_url else None,
+            bot=(self._token or "").split(":", 1)[0] or "bot",
+        )
         self._button_kind = button_kind
         self._button_text = button_text
         self._client: httpx.AsyncClient | None = None
@@ -230,6 +270,7 @@ class TelegramProvider:
         return outcome
 
     async def aclose(self) -> None:
+        await self._limiter.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
