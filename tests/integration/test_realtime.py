@@ -744,3 +744,95 @@ async def test_closing_the_hub_ends_open_streams() -> None:
         assert await sub.next() is None
     with hub.subscribe(viewer) as late:
         assert await late.next() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Liveness while a stream is open
+
+
+async def test_a_dismissed_teachers_stream_ends_within_a_keep_alive(
+    settings: Settings, engine: AsyncEngine, registry: Registry, tenant: str
+) -> None:
+    """R-CENTRE-9 while the stream is open: a teacher's stream, opened while they held the staff
+    role, ends within one keep-alive interval of the role being taken from them; their stream as
+    guardian, and a colleague's teacher stream, stay open through further intervals; reconnecting
+    as teacher is allowed but the stream no longer sees staff rows."""
+    async with engine.begin() as conn:
+        teacher_role = await seed.role(conn, tenant, "teacher", "staff")
+        guardian_role = await seed.role(conn, tenant, "guardian", "guardian")
+        tara = await seed.person(conn, tenant, "tara", roles=[teacher_role, guardian_role])
+        tom = await seed.person(conn, tenant, "tom", roles=[teacher_role])
+    async with (
+        live_api(settings, engine, registry, ping_seconds=0.2) as api,
+        api.stream(token(settings, tenant, tara, "teacher")) as as_teacher,
+        api.stream(token(settings, tenant, tara, "guardian")) as as_guardian,
+        api.stream(token(settings, tenant, tom, "teacher")) as colleague,
+    ):
+        await as_teacher.next_comment("ping")  # open, and swept at least once while live
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("DELETE FROM person_role WHERE person_id = :p AND role_id = :r"),
+                {"p": tara.id, "r": teacher_role},
+            )
+        await asyncio.wait_for(as_teacher.ended.wait(), WAIT)
+        for stream in (as_guardian, colleague):
+            for _ in range(3):  # several sweeps after the dismissal
+                await stream.next_comment("ping")
+            assert not stream.ended.is_set()
+        assert api.hub.stream_count == 2
+
+        async with api.stream(token(settings, tenant, tara, "teacher")) as again:
+            staff = await send_in_app(engine, tenant, {"kind": "role", "roles": ["teacher"]})
+            await fan_out_all(engine, registry, tenant, NotifyPublisher(engine))
+            mine = await send_in_app(engine, tenant, {"kind": "users", "userIds": ["tara"]})
+            await fan_out_all(engine, registry, tenant, NotifyPublisher(engine))
+            first = await again.next_notification()
+        assert first["recipientId"] == await recipient_public_id(engine, mine, tara.id)
+        assert (await colleague.next_notification())["recipientId"] == (
+            await recipient_public_id(engine, staff, tom.id)
+        )
+
+
+async def test_a_deleted_persons_stream_ends_within_a_keep_alive(
+    settings: Settings, engine: AsyncEngine, registry: Registry, tenant: str
+) -> None:
+    """A person deleted from the directory (soft or erased) loses their open stream within one
+    keep-alive interval, and cannot open another (401)."""
+    async with engine.begin() as conn:
+        ana = await seed.person(conn, tenant, "ana")
+        bo = await seed.person(conn, tenant, "bo")
+    async with (
+        live_api(settings, engine, registry, ping_seconds=0.2) as api,
+        api.stream(token(settings, tenant, ana)) as ana_stream,
+        api.stream(token(settings, tenant, bo)) as bo_stream,
+    ):
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE person SET deleted_at = now() WHERE id = :p"), {"p": ana.id}
+            )
+            await conn.execute(text("DELETE FROM person WHERE id = :p"), {"p": bo.id})
+        await asyncio.wait_for(ana_stream.ended.wait(), WAIT)
+        await asyncio.wait_for(bo_stream.ended.wait(), WAIT)
+        refused = await api.get("/v1/me/notifications/stream", token(settings, tenant, ana))
+        assert refused.status_code == 401
+        await eventually(lambda: api.hub.stream_count == 0)
+
+
+async def test_a_failing_liveness_check_keeps_streams_open() -> None:
+    """A liveness check that cannot reach the database ends nothing; the next interval retries."""
+
+    class Unreachable:
+        calls = 0
+
+        async def still_live(self, viewers: list[Viewer]) -> set[Viewer]:
+            Unreachable.calls += 1
+            raise ConnectionError("database unreachable")
+
+    hub = RealtimeHub(None, ping_seconds=0.01, liveness=Unreachable())
+    viewer = Viewer.of(_actor(None, None, False))
+    with hub.subscribe(viewer) as sub:
+        hub.start()
+        await eventually(lambda: Unreachable.calls >= 3)
+        hub.dispatch(service.encode([_notice(person_id=viewer.person_id)])[0])
+        assert await sub.next() is not None  # still open, still served
+    await hub.aclose()

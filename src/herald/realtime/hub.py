@@ -13,6 +13,13 @@ refetches the truth; the hub's memory stays bounded and one stuck client never s
 Transport failures: when the listener's connection drops, the hub logs it and reconnects with a
 capped exponential backoff while the streams stay open (they keep receiving keep-alives). Notices
 published during the gap are lost, which a refetch repairs.
+
+Liveness: the token is checked once, at connect time, but a stream can stay open for hours. Once
+per keep-alive interval the hub asks the database, in one query per tenant with open streams,
+whether each stream's person still exists and still holds the staff role the stream was opened
+with; a stream that fails the check ends (its client reconnects and is authenticated afresh:
+refused for a deleted person, shown no staff rows for a dismissed teacher). A failing check
+leaves the streams open and is retried on the next interval.
 """
 
 from __future__ import annotations
@@ -44,6 +51,35 @@ BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 15.0
 
 Deliver = Callable[[str | bytes], None]
+
+
+class LivenessCheck(Protocol):
+    """Who of these viewers may keep their streams open (see the module docstring)."""
+
+    async def still_live(self, viewers: list[Viewer]) -> set[Viewer]: ...
+
+
+class DatabaseLiveness:
+    """The liveness check over the API's own pool: one short transaction per tenant."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def still_live(self, viewers: list[Viewer]) -> set[Viewer]:
+        by_tenant: dict[str, list[Viewer]] = {}
+        for viewer in viewers:
+            by_tenant.setdefault(viewer.tenant_id, []).append(viewer)
+        live: set[Viewer] = set()
+        for tenant_id, group in by_tenant.items():
+            people = sorted({v.person_id for v in group})
+            roles = sorted({v.role_id for v in group if v.staff_role and v.role_id is not None})
+            async with self._engine.begin() as conn:
+                rows = await queries.live_people_and_roles(conn, tenant_id, people, roles)
+            held: dict[int, set[int]] = {}
+            for person_id, role_id in rows:
+                held.setdefault(person_id, set()).update([role_id] if role_id is not None else [])
+            live.update(v for v in group if v.still_live(held))
+        return live
 
 
 class NoticeSource(Protocol):
@@ -137,14 +173,17 @@ class RealtimeHub:
         *,
         queue_size: int = QUEUE_SIZE,
         ping_seconds: float = PING_SECONDS,
+        liveness: LivenessCheck | None = None,
     ) -> None:
         self.source = source
+        self.liveness = liveness
         self.queue_size = queue_size
         self.ping_seconds = ping_seconds
         # Set while the listener is subscribed; cleared while it reconnects.
         self.listening = asyncio.Event()
         self._subscribers: dict[tuple[str, int], set[Subscription]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -155,12 +194,17 @@ class RealtimeHub:
         """Start the listener (once); without a source the hub serves streams that stay quiet."""
         if self._task is None and self.source is not None and not self._closed:
             self._task = asyncio.create_task(self._listen(self.source), name="herald-realtime")
+        if self._sweeper is None and self.liveness is not None and not self._closed:
+            self._sweeper = asyncio.create_task(
+                self._sweep(self.liveness), name="herald-realtime-liveness"
+            )
 
     async def aclose(self) -> None:
         """Stop listening and end every open stream cleanly (idempotent)."""
         self._closed = True
-        task, self._task = self._task, None
-        if task is not None:
+        tasks = [t for t in (self._task, self._sweeper) if t is not None]
+        self._task = self._sweeper = None
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -220,6 +264,33 @@ class RealtimeHub:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
 
+    async def sweep_once(self, liveness: LivenessCheck) -> int:
+        """End every open stream whose viewer is no longer live; returns how many ended."""
+        subs = [sub for group in self._subscribers.values() for sub in group]
+        if not subs:
+            return 0
+        live = await liveness.still_live(list({sub.viewer for sub in subs}))
+        ended = 0
+        for sub in subs:
+            if sub.viewer not in live:
+                sub.offer(None)
+                ended += 1
+        return ended
+
+    async def _sweep(self, liveness: LivenessCheck) -> None:
+        while True:
+            await asyncio.sleep(self.ping_seconds)
+            try:
+                ended = await self.sweep_once(liveness)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Streams stay open; the next interval tries again (module docstring).
+                log.warning("realtime liveness check failed (%s); retrying", type(exc).__name__)
+                continue
+            if ended:
+                log.info("ended %d stream(s) whose person or staff role is gone", ended)
+
     def _deliver(self, payload: str | bytes) -> None:
         try:
             self.dispatch(payload)
@@ -236,4 +307,4 @@ def build_hub(settings: Settings, engine: AsyncEngine) -> RealtimeHub:
         source = RedisSource(settings.redis_url)
     else:
         source = PostgresSource(libpq_url(engine.url.render_as_string(hide_password=False)))
-    return RealtimeHub(source)
+    return RealtimeHub(source, liveness=DatabaseLiveness(engine))

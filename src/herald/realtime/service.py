@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -55,18 +55,31 @@ class Viewer:
     person_id: int
     role_id: int | None
     # Whether rows scoped to the active role may show: a guardian or student scope always, a
-    # staff scope only while the person still held the role when the stream connected.
+    # staff scope only while the person still holds the role (re-checked while the stream is
+    # open: see `still_live`).
     role_live: bool
+    # The role is a staff scope, so the stream lives only while the person holds it.
+    staff_role: bool = False
 
     @classmethod
     def of(cls, actor: Actor) -> Viewer:
+        unprivileged = actor.role_scope_kind in UNPRIVILEGED_SCOPES
         return cls(
             tenant_id=actor.tenant_id,
             person_id=actor.person_id,
             role_id=actor.role_id,
-            role_live=actor.role_id is not None
-            and (actor.holds_role or actor.role_scope_kind in UNPRIVILEGED_SCOPES),
+            role_live=actor.role_id is not None and (actor.holds_role or unprivileged),
+            staff_role=actor.role_id is not None and actor.holds_role and not unprivileged,
         )
+
+    def still_live(self, held: Mapping[int, set[int]]) -> bool:
+        """Whether this stream may stay open, given each live person's held roles (`held`, from
+        the liveness query): the person still exists, and a staff role that let the stream see
+        staff rows is still theirs. A dismissed teacher's stream must not go on showing staff
+        notices until the browser happens to reconnect (R-CENTRE-9 while the stream is open)."""
+        if self.person_id not in held:
+            return False
+        return not self.staff_role or self.role_id in held[self.person_id]
 
     @property
     def key(self) -> tuple[str, int]:
