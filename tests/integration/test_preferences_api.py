@@ -789,3 +789,73 @@ async def delivery_statuses(
             assert (row.external_id, row.channel) not in found, "one delivery per cell"
             found[(row.external_id, row.channel)] = row.status
         return found
+
+
+# --------------------------------------------------------------------------------------------
+# Which cells are explicit
+
+
+async def test_get_lists_the_explicit_overrides_beside_the_effective_cells(
+    client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    """R-PREFAPI-1: GET keeps DESIGN §5.1's fields and adds `overrides`, the cells the person set
+    explicitly, in PUT's shape and the matrix's order — so a client can tell an override that
+    happens to equal the default from the default itself; none before a save; echoing the whole
+    answer's overrides back in a PUT keeps them."""
+    who = await person(engine, tenant)
+    headers = auth(settings, tenant, who)
+    before = (await client.get(URL, headers=headers)).json()
+    assert set(before) == {"version", "channels", "categories", "overrides"}
+    assert before["overrides"] == []
+
+    chosen = [
+        {"category": "transport", "channel": "email", "enabled": False},  # equals the default
+        {"category": "announcement", "channel": "sms", "enabled": True},
+        {"category": "academic", "channel": "email", "enabled": True},
+    ]
+    saved = await client.put(
+        URL,
+        headers=headers,
+        json={"version": 0, "channels": {"email": False}, "overrides": chosen},
+    )
+    assert saved.status_code == 200, saved.text
+    body = (await client.get(URL, headers=headers)).json()
+    assert body["overrides"] == [
+        {"category": "announcement", "channel": "sms", "enabled": True},
+        {"category": "academic", "channel": "email", "enabled": True},
+        {"category": "transport", "channel": "email", "enabled": False},
+    ]
+    assert cells(body)["announcement"]["email"] is False  # muted globally, not explicit
+    echoed = await client.put(
+        URL,
+        headers=headers,
+        json={"version": 1, "channels": {"email": False}, "overrides": body["overrides"]},
+    )
+    assert echoed.json() == {"version": 2}
+    assert (await client.get(URL, headers=headers)).json()["overrides"] == body["overrides"]
+
+
+async def test_a_locked_categorys_stored_cell_is_not_reported_explicit(
+    client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    """R-PREF-6: a cell of a locked category has no effect, so even a row stored before the
+    category became locked is not shown as an override."""
+    who = await person(engine, tenant)
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(s.notification_preference_set).values(
+                tenant_id=tenant, person_id=who.id, version=1
+            )
+        )
+        await conn.execute(
+            insert(s.notification_preference).values(
+                tenant_id=tenant,
+                person_id=who.id,
+                category="security",
+                channel="sms",
+                enabled=False,
+            )
+        )
+    body = (await client.get(URL, headers=auth(settings, tenant, who))).json()
+    assert body["overrides"] == []
+    assert cells(body)["security"]["sms"] is True

@@ -34,18 +34,22 @@ class CategoryPreferences(_Model):
     channels: dict[str, bool]
 
 
+class PreferenceOverride(_Model):
+    category: _Name
+    channel: _Name
+    enabled: StrictBool
+
+
 class PreferencesView(_Model):
     # 0 while the person has never saved.
     version: int
     # channel → false where the person muted it globally, true otherwise ("not muted").
     channels: dict[str, bool]
     categories: list[CategoryPreferences]
-
-
-class PreferenceOverride(_Model):
-    category: _Name
-    channel: _Name
-    enabled: StrictBool
+    # The cells the person set explicitly (stored overrides of unlocked categories), in the shape
+    # PUT takes: every other cell is a default or follows a global switch. Echoing them back in a
+    # PUT keeps them.
+    overrides: list[PreferenceOverride]
 
 
 class PreferencesUpdate(_Model):

@@ -44,6 +44,7 @@ from herald.kinds import Kind, Registry
 from herald.preferences import queries
 from herald.preferences.schemas import (
     CategoryPreferences,
+    PreferenceOverride,
     PreferencesSaved,
     PreferencesUpdate,
     PreferencesView,
@@ -184,7 +185,26 @@ async def read_preferences(
             )
             for category in vocabulary.CATEGORIES
         ],
+        overrides=[
+            PreferenceOverride(category=category, channel=channel, enabled=on)
+            for (category, channel), on in sorted(
+                stored.overrides.items(), key=lambda cell: _cell_order(*cell[0])
+            )
+            # A locked category's cells have no effect (R-PREF-6), so none is explicit there.
+            if category in vocabulary.CATEGORIES
+            and channel in vocabulary.CHANNELS
+            and category not in locked
+        ],
     )
+
+
+def _cell_order(category: str, channel: str) -> tuple[int, int]:
+    """The matrix's own order: categories, then channels, as the vocabulary lists them."""
+
+    def index(names: tuple[str, ...], name: str) -> int:
+        return names.index(name) if name in names else len(names)
+
+    return index(vocabulary.CATEGORIES, category), index(vocabulary.CHANNELS, channel)
 
 
 def _unknown(names: set[str], known: tuple[str, ...]) -> str:
