@@ -121,6 +121,7 @@ async def test_erasure_keeps_the_record_and_nothing_personal(
         "id": str(who.public_id),
         "recipientsKept": 2,
         "deliveriesScrubbed": 6,
+        "eventsScrubbed": 0,
     }
     assert await count_for(engine, s.person, s.person.c.id, who.id) == 0
     kept = await rows(
@@ -190,7 +191,11 @@ async def test_erasure_is_audited_without_personal_data(
     assert [(r.entity_type, r.entity_id, r.actor_kind) for r in records] == [
         ("person", str(who.public_id), "api_key")
     ]
-    assert records[0].changes == {"recipientsKept": 2, "deliveriesScrubbed": 6}
+    assert records[0].changes == {
+        "recipientsKept": 2,
+        "deliveriesScrubbed": 6,
+        "eventsScrubbed": 0,
+    }
     assert NAME not in repr(records[0]._mapping) and "g-1@example.com" not in repr(
         records[0]._mapping
     )
@@ -262,3 +267,53 @@ async def test_erasure_needs_the_directory_scope(
     unauthenticated = await client.post("/v1/people/g-1/erase")
     assert unauthenticated.status_code == 401
     assert await count_for(engine, s.person, s.person.c.id, who.id) == 1
+
+
+async def test_erasure_scrubs_variables_of_events_addressed_to_them_alone(
+    client: AsyncClient, engine: AsyncEngine, tenant: str, auth: Headers
+) -> None:
+    """R-ERASE-3: the variables of an event whose audience was this person alone (`users` of
+    just them, repeated or inside a compound) are emptied; events others received too — a users
+    list with someone else, a group, their guardians — keep their variables, which are the record
+    of what those others were told; another tenant's events naming the same external id are
+    untouched. The answer and the audit say how many events were scrubbed."""
+    async with engine.begin() as conn:
+        await seed.person(conn, tenant, "ana", full_name=NAME)
+        await seed.person(conn, tenant, "bo")
+        await seed.person(conn, f"{tenant}-b", "ana", full_name=NAME)
+
+    mine = [
+        {"kind": "users", "userIds": ["ana"]},
+        {"kind": "users", "userIds": ["ana", "ana"]},
+        {"kind": "compound", "any": [{"kind": "users", "userIds": ["ana"]}]},
+    ]
+    shared = [
+        {"kind": "users", "userIds": ["ana", "bo"]},
+        {"kind": "group", "groupIds": ["ana"]},
+        {"kind": "guardians_of_users", "userIds": ["ana"]},
+        {"kind": "compound", "any": [{"kind": "users", "userIds": ["ana"]}, {"kind": "all_users"}]},
+    ]
+    variables = {"title": f"Report for {NAME}", "message": f"{NAME} passed."}
+    ids: dict[str, list[int]] = {"mine": [], "shared": [], "foreign": []}
+    async with engine.begin() as conn:
+        for group, audiences, owner in (
+            ("mine", mine, tenant),
+            ("shared", shared, tenant),
+            ("foreign", mine[:1], f"{tenant}-b"),
+        ):
+            for audience in audiences:
+                event_id = await event(conn, owner, age_days=1)
+                await conn.execute(
+                    s.notification_event.update()
+                    .where(s.notification_event.c.id == event_id)
+                    .values(audience=audience, variables=variables)
+                )
+                ids[group].append(event_id)
+
+    answer = await client.post("/v1/people/ana/erase", headers=auth)
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["eventsScrubbed"] == len(mine)
+    for group, expected in (("mine", {}), ("shared", variables), ("foreign", variables)):
+        found = await rows(engine, s.notification_event, s.notification_event.c.id, ids[group])
+        assert [r.variables for r in found] == [expected] * len(ids[group]), group

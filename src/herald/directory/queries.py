@@ -18,8 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar
 
-from sqlalchemy import Boolean, delete, exc, func, literal_column, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    Boolean,
+    and_,
+    cast,
+    delete,
+    exc,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONPATH, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import Label
 
@@ -383,6 +395,47 @@ async def scrub_deliveries_of_person(conn: AsyncConnection, person_id: int) -> i
             r.c.user_id == person_id,
         )
         .values(destination_hint=None, rendered_title=None, rendered_body=None, rendered_hash=None)
+    )
+    return int(result.rowcount)
+
+
+async def scrub_variables_of_events_for(
+    conn: AsyncConnection, tenant_id: str, external_id: str
+) -> int:
+    """Empty the variables of the tenant's events addressed to this person alone — a `users`
+    audience naming only them, or a compound of such members — and return how many changed.
+
+    Only there are the variables theirs alone: an event to a group, a role, everyone, a segment
+    or someone's guardians was received by others too, and its variables are the record of what
+    those others were told; nothing in a variable says which values are about whom, so those
+    events keep theirs. The audience itself keeps the external id (the host's own key for the
+    person): it is what the event was, and it carries nothing the host does not already hold.
+    """
+    e = s.notification_event
+    me = func.jsonb_build_array(external_id)
+    user_ids = e.c.audience["userIds"]
+    member_ids = func.jsonb_path_query_array(
+        e.c.audience, cast(literal("$.any[*].userIds[*]"), JSONPATH)
+    )
+    only_me = or_(
+        and_(
+            e.c.audience["kind"].astext == "users",
+            user_ids.op("<@")(me),
+            user_ids.op("@>")(me),
+        ),
+        and_(
+            e.c.audience["kind"].astext == "compound",
+            ~func.jsonb_path_exists(
+                e.c.audience, cast(literal('$.any[*] ? (@.kind != "users")'), JSONPATH)
+            ),
+            member_ids.op("<@")(me),
+            member_ids.op("@>")(me),
+        ),
+    )
+    result = await conn.execute(
+        update(e)
+        .where(e.c.tenant_id == tenant_id, only_me, e.c.variables != literal_column("'{}'::jsonb"))
+        .values(variables=literal_column("'{}'::jsonb"))
     )
     return int(result.rowcount)
 

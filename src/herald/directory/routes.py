@@ -87,6 +87,7 @@ async def erase_person(
         id=erased.id,
         recipients_kept=erased.recipients_kept,
         deliveries_scrubbed=erased.deliveries_scrubbed,
+        events_scrubbed=erased.events_scrubbed,
     )
 
 

@@ -184,6 +184,8 @@ class PersonErased(_Model):
     id: uuid.UUID
     recipients_kept: int
     deliveries_scrubbed: int
+    # Events addressed to this person alone whose variables were emptied.
+    events_scrubbed: int
 
 
 class PeopleBatchResult(_Model):

@@ -198,6 +198,8 @@ class Erasure:
     id: uuid.UUID
     recipients_kept: int
     deliveries_scrubbed: int
+    # Events addressed to this person alone whose variables were emptied.
+    events_scrubbed: int = 0
 
 
 async def erase_person(
@@ -214,8 +216,11 @@ async def erase_person(
     so the record that a (security) notice was sent survives (R-ERASE-1); in the same transaction
     every delivery beneath them loses its destination_hint, rendered_title and rendered_body, and
     the recipient rows lose their per-recipient variables (the person's name), so only the kind,
-    the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Role grants, memberships,
-    guardianships, preferences, push tokens and feed read receipts go with the person.
+    the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Events addressed to them
+    alone (a `users` audience of just them) lose their variables too, which were theirs alone;
+    events others received keep theirs (queries.scrub_variables_of_events_for says why). Role
+    grants, memberships, guardianships, preferences, push tokens and feed read receipts go with
+    the person.
 
     Audited as `erase` on the person's public id, with counts only (nothing personal); an API key
     caller is recorded as `api_key` unless `operator` says who acted.
@@ -225,6 +230,7 @@ async def erase_person(
     if person is None:
         raise PersonNotFound(f"no person {external_id!r}")
     scrubbed = await queries.scrub_deliveries_of_person(conn, person.id)
+    events = await queries.scrub_variables_of_events_for(conn, tenant_id, external_id)
     kept = await queries.orphan_recipients_of_person(conn, person.id)
     await queries.hard_delete_person(conn, person.id)
     await audit.record_audit(
@@ -233,9 +239,14 @@ async def erase_person(
         "erase",
         "person",
         str(person.public_id),
-        {"recipientsKept": kept, "deliveriesScrubbed": scrubbed},
+        {"recipientsKept": kept, "deliveriesScrubbed": scrubbed, "eventsScrubbed": events},
     )
-    return Erasure(id=person.public_id, recipients_kept=kept, deliveries_scrubbed=scrubbed)
+    return Erasure(
+        id=person.public_id,
+        recipients_kept=kept,
+        deliveries_scrubbed=scrubbed,
+        events_scrubbed=events,
+    )
 
 
 def _api_key_operator(tenant_id: str) -> Operator:
