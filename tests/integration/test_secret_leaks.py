@@ -1,0 +1,235 @@
+"""The secret-leak hunt: password-reset and OTP flows over the HTTP API, delivered to a real SMTP
+server (aiosmtpd) — one that succeeds, one that fails retryably and succeeds on its retry, one
+that fails retryably until it is dead-lettered, and one refused outright, dead-lettered and
+replayed through the admin API — then every table, every captured log line and every API
+response body seen is searched for every secret value, and none holds one.
+
+The search is checked to work: the same scan finds the values where they must be (the emails the
+SMTP server received) and finds the person's email address in person.email.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.fernet import Fernet
+from httpx import ASGITransport, AsyncClient
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from herald.api.app import create_app
+from herald.auth.service import create_api_key
+from herald.config import Settings
+from herald.delivery import service as delivery_service
+from herald.kinds import Registry
+from herald.secrets.vault import TableVault
+from tests import seed
+from tests.integration.test_fanout import run_to_completion
+from tests.integration.test_secrets import body_text, deliver_email, tables_containing
+from tests.providers.servers import SmtpTestServer, smtp_server
+
+# aiosmtpd's own loggers: the test's SMTP server, which logs the DATA it receives (the email is
+# meant to carry the secret). Every other logger, Herald's and its libraries', is searched.
+SMTP_SERVER_LOGGERS = ("mail.log", "mail.debug")
+
+
+def secret(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpTestServer]:
+    with smtp_server() as server:
+        yield server
+
+
+class Responses:
+    """Every API response body the test sees (an httpx event hook reads each one)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+
+    async def __call__(self, response: httpx.Response) -> None:
+        await response.aread()
+        self.bodies.append(
+            f"{response.request.method} {response.request.url.path} "
+            f"{response.status_code} {dict(response.headers)} {response.text}"
+        )
+
+
+async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
+    settings: Settings,
+    engine: AsyncEngine,
+    registry: Registry,
+    tenant: str,
+    smtp: SmtpTestServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R-SECRET-3, R-SECRET-4, R-SECRET-5, R-SECRET-6, R-SECRET-7, R-SECRET-16, R-SEC-8, R-SEC-9,
+    R-DLQ-3: after password resets and OTPs — sent, failed and retried, retried until dead, and
+    refused, dead-lettered and replayed — no secret value is in any table, any log line or any
+    API response body, while each email that was sent carries its value."""
+    caplog.set_level(logging.DEBUG)
+    configured = settings.model_copy(
+        update={
+            "smtp_host": smtp.host,
+            "smtp_port": smtp.port,
+            "smtp_starttls": False,
+            "email_from": "School <school@example.com>",
+            "data_dir": tmp_path,
+            "max_attempts": 2,
+        }
+    )
+    vault = TableVault(engine, Fernet.generate_key())
+    app = create_app(configured, engine, registry, vault=vault)
+    responses = Responses()
+    async with engine.begin() as conn:
+        await seed.person(conn, tenant, "u1", full_name="Asha", email="asha@example.com")
+        key = await create_api_key(
+            conn, tenant_id=tenant, scopes=["secrets:write", "events:write", "events:read", "admin"]
+        )
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def send_secret(http: AsyncClient, kind: str, values: dict[str, str]) -> str:
+        stash_type = "otp" if kind == "auth.otp" else "password_reset"
+        stashed = await http.post(
+            "/v1/secrets", json={"type": stash_type, "values": values}, headers=headers
+        )
+        assert stashed.status_code == 201, stashed.text
+        event = await http.post(
+            "/v1/events",
+            json={
+                "kind": kind,
+                "audience": {"kind": "users", "userIds": ["u1"]},
+                "channels": ["email"],
+                "variables": {"secretRef": stashed.json()["secretRef"]},
+            },
+            headers=headers,
+        )
+        assert event.status_code == 201, event.text
+        await run_to_completion(engine, tenant)
+        event_id: str = event.json()["id"]
+        return event_id
+
+    async def deliver() -> None:
+        await deliver_email(engine, configured, vault, tenant)
+
+    async def retry_now() -> None:
+        """The backoff elapses at once; the reaper puts the row back in the queue as it would."""
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE notification_delivery SET next_attempt_at = now() "
+                    "WHERE tenant_id = :t AND status = 'failed'"
+                ),
+                {"t": tenant},
+            )
+            await delivery_service.requeue_due_failures(conn, limit=100)
+
+    sent_values: list[str] = []
+    all_values: list[str] = []
+    event_ids: list[str] = []
+    async with AsyncClient(
+        transport=ASGITransport(app=app),
+        base_url="http://herald.test",
+        event_hooks={"response": [responses]},
+    ) as http:
+        # 1. A password reset and an OTP, sent at once.
+        for kind, name in (("auth.password_reset", "token"), ("auth.otp", "code")):
+            value = secret(name)
+            event_ids.append(await send_secret(http, kind, {name: value}))
+            await deliver()
+            sent_values.append(value)
+
+        # 2. A temporary refusal (which echoes the secret, as some servers echo the message),
+        #    then the retry succeeds.
+        value = secret("retried")
+        smtp.handler.refuse_data = f"451 4.3.0 try again later {value}"
+        event_ids.append(await send_secret(http, "auth.password_reset", {"token": value}))
+        await deliver()
+        smtp.handler.refuse_data = None
+        await retry_now()
+        await deliver()
+        sent_values.append(value)
+
+        # 3. Temporary refusals until the attempts run out: dead-lettered.
+        value = secret("exhausted")
+        smtp.handler.refuse_data = f"451 4.3.0 try again later {value}"
+        event_ids.append(await send_secret(http, "auth.otp", {"code": value}))
+        await deliver()
+        await retry_now()
+        await deliver()
+        smtp.handler.refuse_data = None
+        all_values.append(value)
+
+        # 4. Refused outright (the refusal echoes the address and the secret), dead-lettered,
+        #    then replayed by an operator: the secret was single-use, so the replay sends nothing.
+        value = secret("refused")
+        smtp.handler.refuse_rcpt = "550 5.1.1 <{address}> unknown " + value
+        event_ids.append(await send_secret(http, "auth.password_reset", {"token": value}))
+        await deliver()
+        smtp.handler.refuse_rcpt = None
+        all_values.append(value)
+
+        letters = await http.get("/v1/admin/dead-letters", headers=headers)
+        assert letters.status_code == 200, letters.text
+        assert len(letters.json()["items"]) == 2
+        for letter in letters.json()["items"]:
+            replayed = await http.post(
+                f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers
+            )
+            assert replayed.status_code == 201, replayed.text
+        await deliver()
+
+        # Everything an operator or the host can read about these events.
+        for event_id in event_ids:
+            for path in (
+                f"/v1/events/{event_id}",
+                f"/v1/admin/events/{event_id}",
+                f"/v1/admin/events/{event_id}/deliveries",
+            ):
+                answer = await http.get(path, headers=headers)
+                assert answer.status_code == 200, (path, answer.text)
+        assert (await http.get("/v1/admin/events", headers=headers)).status_code == 200
+        assert (await http.get("/v1/admin/feed", headers=headers)).status_code == 200
+
+    all_values += sent_values
+    statuses = await delivery_statuses(engine, tenant)
+    assert statuses.count("sent") == 3, statuses
+    assert statuses.count("dead") == 2, statuses
+
+    # The scan works: it finds what must be there.
+    received = "\n".join(body_text(m.content) for m in smtp.handler.received)
+    assert all(value in received for value in sent_values)
+    assert await tables_containing(engine, "asha@example.com") == ["person.email"]
+    assert len(responses.bodies) > 20
+
+    # And it finds no secret anywhere else.
+    log_lines = [
+        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
+        for r in caplog.records
+        if r.name not in SMTP_SERVER_LOGGERS
+    ]
+    for value in all_values:
+        assert await tables_containing(engine, value) == [], value
+        assert [line for line in log_lines if value in line] == [], value
+        assert [body for body in responses.bodies if value in body] == [], value
+
+
+async def delivery_statuses(engine: AsyncEngine, tenant: str) -> list[Any]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT status FROM notification_delivery "
+                "WHERE tenant_id = :t AND replay_of_delivery_id IS NULL"
+            ),
+            {"t": tenant},
+        )
+        return [row.status for row in rows]
