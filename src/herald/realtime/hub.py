@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 import psycopg
 import redis.asyncio as redis
 
+from herald.db import tenancy
 from herald.realtime import queries, service
 from herald.realtime.service import Notice, Viewer
 
@@ -60,7 +61,8 @@ class LivenessCheck(Protocol):
 
 
 class DatabaseLiveness:
-    """The liveness check over the API's own pool: one short transaction per tenant."""
+    """The liveness check over the API's own pool: one short transaction per tenant, as
+    herald_app under that tenant (row-level security), like any other per-tenant work."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -74,6 +76,7 @@ class DatabaseLiveness:
             people = sorted({v.person_id for v in group})
             roles = sorted({v.role_id for v in group if v.staff_role and v.role_id is not None})
             async with self._engine.begin() as conn:
+                await tenancy.enter_tenant(conn, tenant_id)
                 rows = await queries.live_people_and_roles(conn, tenant_id, people, roles)
             held: dict[int, set[int]] = {}
             for person_id, role_id in rows:
