@@ -150,6 +150,25 @@ class Settings(BaseSettings):
         parse_limit(value)
         return value
 
+    @field_validator("jwt_public_key")
+    @classmethod
+    def _public_key(cls, value: str | None) -> str | None:
+        # Refused at start-up, not at the first request (where it could only be a 500).
+        if not value:
+            return value
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+        try:
+            key = serialization.load_pem_public_key(value.encode())
+        except (ValueError, TypeError):
+            raise ValueError("HERALD_JWT_PUBLIC_KEY is not a PEM public key") from None
+        if not isinstance(key, rsa.RSAPublicKey) and not (
+            isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1)
+        ):
+            raise ValueError("HERALD_JWT_PUBLIC_KEY must be an RSA or an EC P-256 public key")
+        return value
+
     @model_validator(mode="after")
     def _one_jwt_key_source(self) -> Settings:
         # Two sources would let the token's header choose between them: the algorithm-confusion

@@ -218,6 +218,15 @@ def test_two_key_sources_refuse_to_start() -> None:
         Settings(jwt_public_key=_pem(RSA_KEY), jwt_jwks_url="https://id.example/jwks")
 
 
+def test_a_public_key_herald_cannot_use_refuses_to_start() -> None:
+    """R-OPS-14: a value that is not a PEM public key, or a key of another kind (EC P-384), is
+    refused at start-up, naming the variable, rather than failing every request."""
+    with pytest.raises(ValidationError, match="not a PEM public key"):
+        Settings(jwt_public_key="-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----")
+    with pytest.raises(ValidationError, match="RSA or an EC P-256"):
+        Settings(jwt_public_key=_pem(ec.generate_private_key(ec.SECP384R1())))
+
+
 # ---------------------------------------------------------------------------------------------
 # JWKS with HERALD_JWT_JWKS_URL
 
