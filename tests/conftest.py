@@ -74,7 +74,16 @@ def database_url(server_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, jwt_secret=JWT_SECRET, poll_interval_seconds=0.05)
+    # Rate limits are off here: tests page and poll faster than any person would; the limits'
+    # own tests (tests/integration/test_rate_limits.py) set each one they exercise.
+    return Settings(
+        database_url=database_url,
+        jwt_secret=JWT_SECRET,
+        poll_interval_seconds=0.05,
+        rate_limit_send_per_key="off",
+        rate_limit_send_per_tenant="off",
+        rate_limit_per_person="off",
+    )
 
 
 @pytest.fixture(scope="session")
