@@ -25,6 +25,9 @@ from tests.e2e.harness import free_port
 
 
 class TcpProxy:
+    """Listens on 127.0.0.1; forwards to a TCP server, or to a Unix socket (`target_host` a
+    directory, as libpq names one: the embedded PostgreSQL listens on a socket only)."""
+
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
@@ -37,10 +40,10 @@ class TcpProxy:
 
     def url_for(self, database_url: str) -> str:
         """`database_url` with its host and port pointed at this proxy."""
-        return (
-            make_url(database_url)
-            .set(host="127.0.0.1", port=self.port)
-            .render_as_string(hide_password=False)
+        url = make_url(database_url)
+        query = {k: v for k, v in url.query.items() if k not in ("host", "port")}
+        return url.set(host="127.0.0.1", port=self.port, query=query).render_as_string(
+            hide_password=False
         )
 
     def _call(self, coro: object) -> None:
@@ -74,8 +77,12 @@ class TcpProxy:
         self._writers.clear()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = self.target
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            if host.startswith("/"):
+                up_reader, up_writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+            else:
+                up_reader, up_writer = await asyncio.open_connection(host, port)
         except OSError:
             writer.transport.abort()
             return
@@ -95,7 +102,9 @@ class TcpProxy:
 @contextmanager
 def proxy_for(database_url: str) -> Iterator[TcpProxy]:
     url = make_url(database_url)
-    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    socket_dir = url.query.get("host")
+    host = socket_dir if isinstance(socket_dir, str) else url.host
+    proxy = TcpProxy(host or "127.0.0.1", url.port or 5432)
     try:
         yield proxy
     finally:
