@@ -428,3 +428,63 @@ class ReminderVersionConflict(Conflict):
     """The reminder schedule changed since it was read; re-read it and apply the change again."""
 
     code = "NOTIFICATION_REMINDER_VERSION_CONFLICT"
+
+
+class BroadcastInvalid(ValidationFailed):
+    """The broadcast is not valid; the message names the field."""
+
+    code = "NOTIFICATION_BROADCAST_INVALID"
+
+
+class BroadcastNotFound(NotFound):
+    """No such broadcast."""
+
+    code = "NOTIFICATION_BROADCAST_NOT_FOUND"
+
+
+class BroadcastVersionConflict(Conflict):
+    """The broadcast changed since it was read; re-read it and apply the change again."""
+
+    code = "NOTIFICATION_BROADCAST_VERSION_CONFLICT"
+
+
+class BroadcastNotDraft(Conflict):
+    """Only a draft broadcast can be changed or approved."""
+
+    code = "NOTIFICATION_BROADCAST_NOT_DRAFT"
+
+
+class BroadcastAlreadyApproved(Conflict):
+    """The broadcast is already approved."""
+
+    code = "NOTIFICATION_BROADCAST_ALREADY_APPROVED"
+
+
+class BroadcastCancelled(Conflict):
+    """The broadcast was cancelled."""
+
+    code = "NOTIFICATION_BROADCAST_CANCELLED"
+
+
+class BroadcastCompleted(Conflict):
+    """The broadcast has completed; there is nothing left to cancel."""
+
+    code = "NOTIFICATION_BROADCAST_COMPLETED"
+
+
+class BroadcastSelfApproval(Conflict):
+    """A broadcast is approved by a different person from the one who created it."""
+
+    code = "NOTIFICATION_BROADCAST_SELF_APPROVAL"
+
+
+class BroadcastApproverNotPerson(Forbidden):
+    """Approving a broadcast needs a person (an operator's token), never an API key."""
+
+    code = "NOTIFICATION_BROADCAST_APPROVER_NOT_PERSON"
+
+
+class BroadcastTemplateInvalid(ValidationFailed):
+    """The broadcast's kind, or its published override, does not render."""
+
+    code = "NOTIFICATION_BROADCAST_TEMPLATE_INVALID"

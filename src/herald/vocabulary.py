@@ -99,7 +99,18 @@ OperationalEmailStatus = Literal["queued", "processing", "sent", "skipped", "dea
 OPERATIONAL_EMAIL_STATUSES: Final[tuple[str, ...]] = get_args(OperationalEmailStatus)
 
 AuditAction = Literal[
-    "create", "update", "delete", "publish", "archive", "restore", "replay", "cancel", "erase"
+    "create",
+    "update",
+    "delete",
+    "publish",
+    "archive",
+    "restore",
+    "replay",
+    "cancel",
+    "erase",
+    "approve",
+    "release",
+    "complete",
 ]
 AUDIT_ACTIONS: Final[tuple[str, ...]] = get_args(AuditAction)
 
@@ -115,8 +126,14 @@ PERMISSION_MODULES: Final[tuple[str, ...]] = (
     "NotificationReminder",
 )
 PERMISSION_VERBS: Final[tuple[str, ...]] = ("CREATE", "READ", "UPDATE", "DELETE", "RESTORE")
-PERMISSIONS: Final[tuple[str, ...]] = tuple(
-    f"{module}_{verb}" for module in PERMISSION_MODULES for verb in PERMISSION_VERBS
+# Broadcasts have their own verbs: APPROVE is the second person's (DESIGN.md §5.2), and a
+# broadcast is never restored.
+BROADCAST_PERMISSIONS: Final[tuple[str, ...]] = tuple(
+    f"NotificationBroadcast_{verb}" for verb in ("CREATE", "READ", "UPDATE", "DELETE", "APPROVE")
+)
+PERMISSIONS: Final[tuple[str, ...]] = (
+    *(f"{module}_{verb}" for module in PERMISSION_MODULES for verb in PERMISSION_VERBS),
+    *BROADCAST_PERMISSIONS,
 )
 
 # What became of one occurrence of a reminder schedule: `fired` recorded its event, `missed`
@@ -124,6 +141,13 @@ PERMISSIONS: Final[tuple[str, ...]] = tuple(
 # could not be recorded (its kind or audience no longer passes the send path's checks).
 ReminderRunState = Literal["fired", "missed", "failed"]
 REMINDER_RUN_STATES: Final[tuple[str, ...]] = get_args(ReminderRunState)
+
+# A broadcast's life (DESIGN.md §5.2): draft → approved → sending → completed, and cancelled
+# from any state but completed.
+BroadcastState = Literal["draft", "approved", "sending", "completed", "cancelled"]
+BROADCAST_STATES: Final[tuple[str, ...]] = get_args(BroadcastState)
+# States in which a broadcast may still be cancelled.
+CANCELLABLE_BROADCAST_STATES: Final[tuple[str, ...]] = ("draft", "approved", "sending")
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

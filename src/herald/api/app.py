@@ -174,6 +174,7 @@ def _routers() -> list[APIRouter]:
     from herald.observability import routes as observability
     from herald.preferences import routes as preferences
     from herald.realtime import routes as realtime
+    from herald.scheduling.broadcasts import routes as admin_broadcasts
     from herald.scheduling.reminders import routes as admin_reminders
     from herald.secrets import routes as secrets
     from herald.sending import routes as sending
@@ -192,4 +193,5 @@ def _routers() -> list[APIRouter]:
         admin_history.router,
         admin_dead_letters.router,
         admin_reminders.router,
+        admin_broadcasts.router,
     ]

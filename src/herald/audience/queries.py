@@ -54,7 +54,7 @@ notion, which Herald does not have (R-AUD-8). Every row read is the tenant's: a 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -457,19 +457,28 @@ def fragment_for(kind: object) -> Fragment:
 
 
 def page_query(
-    tenant_id: str, spec: Mapping[str, Any], after_person_id: int, limit: int
+    tenant_id: str,
+    spec: Mapping[str, Any],
+    after_person_id: int,
+    limit: int,
+    *,
+    created_until: datetime | None = None,
 ) -> Select[Any]:
     """One page: live people, `person.id > :after ORDER BY person.id LIMIT :limit` (R-AUD-5).
 
     The outer person filter applies whatever the fragment did (R-AUD-6); the person is read by
     a primary-key probe per matched id, never by joining `person` as a whole.
+
+    With `created_until` (a broadcast's frozen audience, R-BCAST-8) each row also says whether
+    the person existed then (`admitted`). It is a column, not a filter: the page keeps its
+    length, so a page whose tail joined after the freeze is not mistaken for the last one.
     """
     matched = fragment_for(spec.get("kind"))(tenant_id, spec, after_person_id, limit).subquery(
         "matched"
     )
     p = s.person
     person = (
-        select(p.c.id, p.c.public_id, p.c.full_name, p.c.locale, p.c.status)
+        select(p.c.id, p.c.public_id, p.c.full_name, p.c.locale, p.c.status, p.c.created_at)
         .where(
             p.c.id == matched.c.person_id,
             p.c.tenant_id == tenant_id,
@@ -487,6 +496,11 @@ def page_query(
             person.c.locale,
             person.c.status,
             matched.c.role_id,
+            (
+                true()
+                if created_until is None
+                else person.c.created_at <= literal(created_until, s.TZ)
+            ).label("admitted"),
         )
         .select_from(matched.join(person, true()))
         .order_by(person.c.id)
@@ -500,11 +514,15 @@ async def select_page(
     spec: Mapping[str, Any],
     after_person_id: int,
     limit: int,
+    *,
+    created_until: datetime | None = None,
 ) -> Sequence[Row[Any]]:
     # A page's best plan depends on the tenant and the cursor. psycopg prepares a statement after
     # a few runs and PostgreSQL may then switch to one generic plan that knows neither, which can
     # read a whole tenant per page; plan this statement afresh each time (about 0.5 ms).
     await conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-    result = await conn.execute(page_query(tenant_id, spec, after_person_id, limit))
+    result = await conn.execute(
+        page_query(tenant_id, spec, after_person_id, limit, created_until=created_until)
+    )
     rows: Sequence[Row[Any]] = result.all()
     return rows

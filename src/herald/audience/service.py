@@ -27,6 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -44,6 +45,9 @@ class AudienceMember:
     locale: str
     status: str  # person.status (fan-out treats 'suspended' as gone)
     role_id: int | None  # the audience_role_id for role scoping (None = not role-scoped)
+    # False for a person created after a broadcast's frozen audience (R-BCAST-8): the page
+    # still carries them (its length and cursor), the fan-out writes nothing for them.
+    admitted: bool = True
 
 
 # kind → the one list key it carries (kinds absent here carry no list).
@@ -167,17 +171,22 @@ async def resolve_audience_page(
     spec: Mapping[str, Any],
     after_person_id: int,
     limit: int,
+    *,
+    created_until: datetime | None = None,
 ) -> list[AudienceMember]:
     """One keyset page: live people with person.id > after_person_id ORDER BY person.id LIMIT limit.
 
     The spec is re-validated first (pure and cheap), so a stored spec that is malformed or of an
     unknown kind raises AudienceInvalid rather than resolving to nobody (R-AUD-16). A page
-    shorter than `limit` is the last one. Read-only (R-AUD-2).
+    shorter than `limit` is the last one. Read-only (R-AUD-2). With `created_until`, people
+    created after it come back with `admitted=False` (see queries.page_query).
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
     normalised = validate_audience(spec)
-    rows = await queries.select_page(conn, tenant_id, normalised, after_person_id, limit)
+    rows = await queries.select_page(
+        conn, tenant_id, normalised, after_person_id, limit, created_until=created_until
+    )
     return [
         AudienceMember(
             person_id=row.id,
@@ -186,6 +195,7 @@ async def resolve_audience_page(
             locale=row.locale,
             status=row.status,
             role_id=row.role_id,
+            admitted=bool(row.admitted),
         )
         for row in rows
     ]

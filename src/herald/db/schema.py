@@ -222,6 +222,9 @@ notification_event = Table(
     # instead of being retried forever.
     Column("fanout_attempts", Integer, nullable=False, server_default=text("0")),
     Column("fanout_failed_at", TZ),
+    # A broadcast's frozen audience (R-BCAST-7, R-BCAST-8): people created after it are left out
+    # of this event's fan-out. NULL for every other event.
+    Column("audience_frozen_at", TZ),
     UniqueConstraint("tenant_id", "dedupe_key"),
     vocab_check("category", vocabulary.CATEGORIES, "category"),
     vocab_check("priority", vocabulary.PRIORITIES, "priority"),
@@ -248,8 +251,11 @@ notification_event = Table(
     CheckConstraint(
         "fanout_completed_at IS NULL OR fanout_claimed_at IS NOT NULL", name="completed_after_claim"
     ),
+    # An event is cancelled before its fan-out is claimed (R-ADMIN-15), or — a broadcast
+    # cancelled while sending — its fan-out is cut short and completed in the same statement.
     CheckConstraint(
-        "cancelled_at IS NULL OR fanout_claimed_at IS NULL", name="cancelled_before_fanout"
+        "cancelled_at IS NULL OR fanout_claimed_at IS NULL OR fanout_completed_at IS NOT NULL",
+        name="cancelled_before_fanout",
     ),
     CheckConstraint(
         "fanout_failed_at IS NULL OR (fanout_claimed_at IS NOT NULL AND fanout_completed_at IS NULL)",
@@ -876,4 +882,88 @@ reminder_run = Table(
     CheckConstraint("(state = 'failed') = (error_code IS NOT NULL)", name="error_when_failed"),
     # Retention ages runs by created_at.
     Index("reminder_run_created_at_idx", "created_at"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Broadcasts (seed 003, DESIGN.md §5.2): drafted by one operator, approved by another, released
+# by the scheduler as one ordinary event with a frozen audience.
+
+broadcast = Table(
+    "broadcast",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("title", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # NULL: the kind's channels.
+    Column("channels", ARRAY(Text)),
+    Column("audience", JSONB, nullable=False),
+    # NULL: released at approval (the scheduler's next tick).
+    Column("scheduled_for", TZ),
+    Column("state", Text, nullable=False, server_default="draft"),
+    # Incremented by the application on every operator change (compare-and-set on the version read).
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    # `person:<external id>` or `api_key:<key id>` (audit.actor_label).
+    Column("created_by", Text, nullable=False),
+    Column("updated_by", Text),
+    Column("approved_by", Text),
+    Column("approved_at", TZ),
+    # Frozen by the scheduler before the event is recorded (R-BCAST-7).
+    Column("audience_frozen_at", TZ),
+    # The released event (SET NULL: retention may delete the event before the broadcast).
+    Column("event_id", BigInteger, ForeignKey("notification_event.id", ondelete="SET NULL")),
+    Column("event_public_id", UUID(as_uuid=True)),
+    Column("cancelled_at", TZ),
+    Column("cancelled_by", Text),
+    Column("completed_at", TZ),
+    # Nothing of the broadcast is left in flight: set with completion, with a cancel before
+    # release, or once a cancelled release has no unclaimed or in-flight delivery left.
+    Column("settled_at", TZ),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    vocab_check("state", vocabulary.BROADCAST_STATES, "state"),
+    # R-BCAST-5: two different people, whatever the code does.
+    CheckConstraint(
+        "approved_by IS NULL OR approved_by <> created_by", name="approver_not_creator"
+    ),
+    # Approval needs a person (an operator's JWT), never an API key.
+    CheckConstraint(
+        "approved_by IS NULL OR starts_with(approved_by, 'person:')", name="approver_is_person"
+    ),
+    CheckConstraint("(approved_by IS NULL) = (approved_at IS NULL)", name="approval_pair"),
+    CheckConstraint(
+        "state IN ('draft', 'cancelled') OR approved_by IS NOT NULL", name="approved_to_release"
+    ),
+    CheckConstraint(
+        "state NOT IN ('sending', 'completed') OR audience_frozen_at IS NOT NULL",
+        name="frozen_when_released",
+    ),
+    CheckConstraint("(state = 'cancelled') = (cancelled_at IS NOT NULL)", name="cancel_pair"),
+    CheckConstraint("(state = 'completed') = (completed_at IS NOT NULL)", name="completion_pair"),
+    CheckConstraint("btrim(title) <> ''", name="title_not_blank"),
+    CheckConstraint(
+        "channels IS NULL OR (cardinality(channels) > 0 AND "
+        f"channels <@ ARRAY{list(vocabulary.CHANNELS)}::text[])",
+        name="channels",
+    ),
+    vocab_check("audience->>'kind'", vocabulary.AUDIENCE_KINDS, "audience_kind"),
+    CheckConstraint("jsonb_typeof(variables) = 'object'", name="variables_object"),
+    CheckConstraint("version >= 1", name="version_positive"),
+    Index("broadcast_tenant_idx", "tenant_id", "id"),
+    # The scheduler's scans: approved broadcasts by release time, and released or cancelled
+    # ones still to settle.
+    Index(
+        "broadcast_due_idx",
+        text("coalesce(scheduled_for, approved_at)"),
+        postgresql_where=text("state = 'approved'"),
+    ),
+    Index(
+        "broadcast_unsettled_idx",
+        "id",
+        postgresql_where=text("state IN ('sending', 'cancelled') AND settled_at IS NULL"),
+    ),
+    Index("broadcast_settled_at_idx", "settled_at"),
+    Index("broadcast_event_id_idx", "event_id"),
 )

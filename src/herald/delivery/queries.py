@@ -197,3 +197,15 @@ async def extend_leases(
         },
     )
     return {row.id for row in result}
+
+
+async def cancel_unclaimed_deliveries(conn: AsyncConnection, event_id: int, limit: int) -> int:
+    result = await conn.execute(
+        SQL["cancel_unclaimed_deliveries"], {"event_id": event_id, "limit": limit}
+    )
+    return int(result.rowcount)
+
+
+async def deliveries_in_flight(conn: AsyncConnection, event_id: int) -> bool:
+    row = (await conn.execute(SQL["deliveries_in_flight"], {"event_id": event_id})).one()
+    return bool(row.busy)

@@ -205,3 +205,26 @@ UPDATE notification_delivery d
   FROM unnest(CAST(:ids AS bigint[]), CAST(:claimed_ats AS timestamptz[])) AS h(id, claimed_at)
  WHERE d.id = h.id AND d.status = 'processing' AND d.claimed_at = h.claimed_at
 RETURNING d.id;
+
+-- name: cancel_unclaimed_deliveries
+-- A cancelled broadcast (DESIGN.md §5.2, §7): at most :limit of its event's deliveries that no
+-- worker holds — queued, or failed and waiting for a retry — become `cancelled`, through the
+-- (event_id, status) index. SKIP LOCKED leaves a row a worker is claiming at this instant to that
+-- worker: it becomes processing (a call in flight, left to finish and be recorded) or, if the
+-- claim rolls back, stays queued for the next statement. `cancelled` is final: the claim takes
+-- only queued rows, and the recorder and the reaper only ever move processing or failed ones.
+UPDATE notification_delivery d
+   SET status = 'cancelled'
+ WHERE d.id IN (
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed')
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
+-- name: deliveries_in_flight
+-- Whether any delivery of the event still has work ahead of it (queued, processing or failed),
+-- through the (event_id, status) index: three short range probes, never a scan of the event.
+SELECT EXISTS (
+        SELECT 1 FROM notification_delivery
+         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed')) AS busy;

@@ -81,3 +81,14 @@ async def replay_dead_letter(
         raise DeadLetterAlreadyReplayed()
     await queries.wake_channel_workers(conn)
     return uuid.UUID(str(replay["public_id"]))
+
+
+async def cancel_unclaimed(conn: AsyncConnection, event_id: int, *, limit: int) -> int:
+    """One bounded statement: up to `limit` of the event's deliveries that no worker holds become
+    `cancelled` (a cancelled broadcast). Calls already in flight are left to finish."""
+    return await queries.cancel_unclaimed_deliveries(conn, event_id, limit)
+
+
+async def in_flight(conn: AsyncConnection, event_id: int) -> bool:
+    """Whether any delivery of the event is queued, processing or waiting to retry."""
+    return await queries.deliveries_in_flight(conn, event_id)

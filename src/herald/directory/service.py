@@ -57,6 +57,7 @@ from herald.errors import (
     PersonNotFound,
     ValidationFailed,
 )
+from herald.scheduling.broadcasts import service as broadcasts
 
 __all__ = [
     "BatchResult",
@@ -231,6 +232,8 @@ async def erase_person(
         raise PersonNotFound(f"no person {external_id!r}")
     scrubbed = await queries.scrub_deliveries_of_person(conn, person.id)
     events = await queries.scrub_variables_of_events_for(conn, tenant_id, external_id)
+    # An operator's name on the broadcasts they drafted or approved (kept distinct per person).
+    await broadcasts.forget_operator(conn, tenant_id, external_id, person.public_id)
     kept = await queries.orphan_recipients_of_person(conn, person.id)
     await queries.hard_delete_person(conn, person.id)
     await audit.record_audit(

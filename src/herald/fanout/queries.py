@@ -35,6 +35,8 @@ class ClaimedEvent:
     occurred_at: datetime
     fanout_cursor: int
     fanout_attempts: int = 1
+    # A broadcast's frozen audience: people created after it are left out (R-BCAST-8).
+    audience_frozen_at: datetime | None = None
 
 
 async def claim_event(
@@ -60,6 +62,23 @@ async def lock_claimed_event(conn: AsyncConnection, event_id: int, token: uuid.U
         await conn.execute(SQL["lock_claimed_event"], {"event_id": event_id, "token": token})
     ).first()
     return int(row.fanout_cursor) if row else None
+
+
+async def lock_event_for_halt(conn: AsyncConnection, event_id: int) -> bool:
+    """Wait for the fan-out batch in progress (it holds the event's row lock) and hold the lock;
+    False when the event is gone."""
+    query = (
+        select(s.notification_event.c.id)
+        .where(s.notification_event.c.id == event_id)
+        .with_for_update()
+    )
+    return (await conn.execute(query)).first() is not None
+
+
+async def halt_fanout(conn: AsyncConnection, event_id: int, actor: str) -> bool:
+    """Cut the event's fan-out short (see queries.sql); False when it had already completed."""
+    result = await conn.execute(SQL["halt_fanout"], {"event_id": event_id, "actor": actor})
+    return result.first() is not None
 
 
 async def insert_recipients(

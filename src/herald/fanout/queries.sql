@@ -24,7 +24,7 @@ RETURNING e.id, e.tenant_id;
 -- The claimed event's content, read under its tenant (the claim above is cross-tenant work and
 -- returns ids only).
 SELECT id, tenant_id, public_id, kind, category, priority, audience, channels, variables,
-       action_url, occurred_at, fanout_cursor, fanout_attempts
+       action_url, occurred_at, fanout_cursor, fanout_attempts, audience_frozen_at
   FROM notification_event
  WHERE id = :event_id;
 
@@ -166,3 +166,18 @@ INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, a
 SELECT tenant_id, 'notification.fanout', 'fan_out', public_id::text,
        jsonb_build_object('notificationEventPublicId', public_id::text), fanout_attempts, :error
   FROM failed;
+
+-- name: halt_fanout
+-- A broadcast cancelled while sending (DESIGN.md §5.2): cut its event's fan-out short. Run after
+-- lock_event_for_halt, so a batch in progress has committed and the COUNT sees its rows. The
+-- event is completed and cancelled in one statement (the cancelled_before_fanout CHECK admits
+-- exactly this pair); every later batch finds it completed under its row lock and writes
+-- nothing. An event not yet claimed is simply cancelled, and no fan-out will ever claim it.
+UPDATE notification_event
+   SET cancelled_at = now(), cancelled_by = :actor,
+       fanout_completed_at = CASE WHEN fanout_claimed_at IS NOT NULL THEN now() END,
+       recipient_count = CASE WHEN fanout_claimed_at IS NOT NULL
+                              THEN (SELECT count(*) FROM notification_recipient r
+                                     WHERE r.event_id = :event_id) END
+ WHERE id = :event_id AND fanout_completed_at IS NULL AND cancelled_at IS NULL
+RETURNING recipient_count;

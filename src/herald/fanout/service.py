@@ -92,11 +92,19 @@ async def fan_out_batch(
         return BatchOutcome(lost_claim=True)
 
     members = await audience.resolve_audience_page(
-        conn, event.tenant_id, event.audience, cursor, batch_size
+        conn,
+        event.tenant_id,
+        event.audience,
+        cursor,
+        batch_size,
+        created_until=event.audience_frozen_at,
     )
     outcome = BatchOutcome()
     if members:
-        await _write_page(conn, event, members, registry, outcome)
+        # People who joined after a broadcast's freeze move the cursor but get nothing (R-BCAST-8).
+        admitted = [m for m in members if m.admitted]
+        if admitted:
+            await _write_page(conn, event, admitted, registry, outcome)
         cursor = members[-1].person_id
 
     if len(members) < batch_size:
@@ -268,3 +276,12 @@ async def wake_if_due(conn: AsyncConnection) -> None:
 async def give_up(conn: AsyncConnection, event: ClaimedEvent, token: uuid.UUID, error: str) -> None:
     """Mark the event's fan-out failed and dead-letter it (its attempt budget is spent)."""
     await queries.fail_fanout(conn, event.id, token, error)
+
+
+async def halt(conn: AsyncConnection, event_id: int, *, actor: str) -> bool:
+    """Stop the event's fan-out writing recipients (a broadcast cancelled while sending): waits
+    for the batch in progress to commit, then cancels the event, completing a claimed fan-out
+    with the recipients written so far. False when the fan-out had already completed."""
+    if not await queries.lock_event_for_halt(conn, event_id):
+        return False
+    return await queries.halt_fanout(conn, event_id, actor)

@@ -84,6 +84,11 @@ async def delete_aged_reminder_runs(conn: AsyncConnection, *, days: int, limit: 
     return int(result.rowcount)
 
 
+async def delete_settled_broadcasts(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(SQL["delete_settled_broadcasts"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
 async def delete_finished_operational_emails(
     conn: AsyncConnection, *, days: int, limit: int
 ) -> int:

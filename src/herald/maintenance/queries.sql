@@ -123,6 +123,19 @@ DELETE FROM reminder_run r
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_settled_broadcasts
+-- Broadcasts settled (completed, or cancelled with nothing left in flight) more than :days ago,
+-- through broadcast_settled_at_idx; the same age at which their event's rows go. A broadcast
+-- still in draft, approved or sending is never touched.
+DELETE FROM broadcast b
+ WHERE b.id IN (
+        SELECT c.id
+          FROM broadcast c
+         WHERE c.settled_at < now() - make_interval(days => :days)
+         ORDER BY c.settled_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_finished_operational_emails
 -- Operational emails that are done (sent or skipped) and older than :days. A dead one stays: its
 -- dead letter names it by job_id, and dead letters are never trimmed by age (R-DLQ-18).

@@ -49,6 +49,7 @@ class RetentionReport:
     feed_notifications: int = 0
     operational_emails: int = 0
     reminder_runs: int = 0
+    broadcasts: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -68,6 +69,7 @@ class RetentionReport:
             + self.feed_notifications
             + self.operational_emails
             + self.reminder_runs
+            + self.broadcasts
         )
 
 
@@ -264,6 +266,27 @@ async def prune_reminder_runs(
     )
 
 
+async def prune_broadcasts(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Broadcasts settled more than retention_days ago (their events age out by then too)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "broadcasts",
+        queries.delete_settled_broadcasts,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -281,6 +304,7 @@ async def run_retention(
         prune_feed,
         prune_operational_emails,
         prune_reminder_runs,
+        prune_broadcasts,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -292,7 +316,8 @@ def log_report(report: RetentionReport) -> None:
     if report.deleted:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
-            "%d push tokens, %d feed rows, %d operational emails, %d reminder runs "
+            "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
+            "%d broadcasts "
             "in %d statements "
             "(slowest %.3f s)",
             report.deliveries,
@@ -303,6 +328,7 @@ def log_report(report: RetentionReport) -> None:
             report.feed_notifications,
             report.operational_emails,
             report.reminder_runs,
+            report.broadcasts,
             report.statements,
             report.slowest_statement_seconds,
         )

@@ -152,6 +152,9 @@ async def run_tick(
     async def prune_reminder_runs() -> None:
         await retention.prune_reminder_runs(engine, settings, report=report.retention)
 
+    async def prune_broadcasts() -> None:
+        await retention.prune_broadcasts(engine, settings, report=report.retention)
+
     await sweep("reclaim_expired_leases", reclaim)
     await sweep("requeue_due_failures", requeue)
     await sweep("release_stale_fanout_claims", release)
@@ -168,6 +171,7 @@ async def run_tick(
     await step("retention_feed", prune_feed)
     await step("retention_operational_email", prune_operational_emails)
     await step("retention_reminder_runs", prune_reminder_runs)
+    await step("retention_broadcasts", prune_broadcasts)
     retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(

@@ -20,6 +20,7 @@ from herald.kinds import Registry
 from herald.runtime import outages
 from herald.scheduling import service as lease
 from herald.scheduling import worker as cycle
+from herald.scheduling.broadcasts import worker as broadcasts
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,14 @@ async def run_scheduler(
     """Tick every HERALD_SCHEDULER_TICK_SECONDS until `stop` is set."""
     holder = holder or lease.new_holder_id()
     log.info(
-        "scheduler started (holder %s; reminders %s)",
+        "scheduler started (holder %s; reminders %s; broadcasts %s)",
         holder,
         "on" if settings.feature_reminders else "off",
+        "on" if settings.feature_broadcasts else "off",
     )
     leading = False
     backoff = outages.Backoff()
+    releasing = False
     try:
         while not stop.is_set():
             wait = settings.scheduler_tick_seconds
@@ -60,6 +63,20 @@ async def run_scheduler(
                 else:
                     log.exception("scheduler tick failed")
                 wait = max(wait, backoff.next_delay())
+            try:
+                # Broadcast release and settling, under a lease of their own.
+                step = await broadcasts.run_tick(engine, registry, settings, holder, stop=stop)
+                if step.leader != releasing:
+                    releasing = step.leader
+                    log.info("scheduler %s the broadcast lease", "holds" if releasing else "lost")
+            except Exception as exc:
+                dependency = outages.unavailable(exc)
+                if dependency is not None:
+                    outages.state(dependency).failed(exc)
+                else:
+                    log.exception("scheduler broadcast step failed")
+                if wait <= settings.scheduler_tick_seconds:  # one back-off step per tick
+                    wait = max(wait, backoff.next_delay())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
     finally:
@@ -68,4 +85,9 @@ async def run_scheduler(
                 await cycle.release(engine, holder)
             except Exception:
                 log.warning("could not hand the lease back; it expires by itself", exc_info=True)
+        if releasing:
+            try:
+                await broadcasts.release(engine, holder)
+            except Exception:
+                log.warning("could not hand the broadcast lease back", exc_info=True)
         log.info("scheduler stopped")

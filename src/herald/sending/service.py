@@ -82,7 +82,11 @@ class _Prepared:
 
 
 def prepare(
-    input: SendInput, registry: Registry, *, occurrence_key: str | None = None
+    input: SendInput,
+    registry: Registry,
+    *,
+    occurrence_key: str | None = None,
+    audience_frozen_at: datetime | None = None,
 ) -> _Prepared:
     """Run every validation step and build the statements; raises before anything is written.
 
@@ -122,6 +126,9 @@ def prepare(
         "request_id": input.request_id,
         "scheduled_for": scheduled_for,
     }
+    if audience_frozen_at is not None:
+        # A broadcast's frozen audience (R-BCAST-8); only the scheduler sets it.
+        values["audience_frozen_at"] = audience_frozen_at
     return _Prepared(insert=queries.insert_event(values), wake=queries.wake_fanout())
 
 
@@ -170,12 +177,20 @@ async def record_event(tx: AsyncConnection, input: SendInput, *, registry: Regis
 
 
 async def record_occurrence(
-    tx: AsyncConnection, input: SendInput, *, registry: Registry, occurrence_key: str
+    tx: AsyncConnection,
+    input: SendInput,
+    *,
+    registry: Registry,
+    occurrence_key: str,
+    audience_frozen_at: datetime | None = None,
 ) -> SendResult:
     """The event of one scheduled occurrence, in the scheduler's transaction: the same checks,
     insert and wake-up as asend(), deduplicated on `occurrence_key` (`created` is false when the
-    occurrence already has its event)."""
-    prepared = prepare(input, registry, occurrence_key=occurrence_key)
+    occurrence already has its event). `audience_frozen_at` (a broadcast's release) leaves
+    people created after it out of the fan-out."""
+    prepared = prepare(
+        input, registry, occurrence_key=occurrence_key, audience_frozen_at=audience_frozen_at
+    )
     row = (await tx.execute(prepared.insert)).one()
     await tx.execute(prepared.wake)
     return SendResult(id=row.public_id, created=bool(row.inserted))

@@ -657,3 +657,36 @@ def _out(row: RowMapping) -> TemplateOut:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+async def rendering_problem(
+    conn: AsyncConnection, tenant_id: str, registry: Registry, kind_name: str, channels: list[str]
+) -> str | None:
+    """Why the kind would not render today on `channels` with its sample variables — the
+    registry's wording, or the tenant's published override where there is one (an override
+    that fails would silently fall back) — or None when every channel and locale renders.
+    Used before a broadcast is approved (R-BCAST-6)."""
+    kind = registry.get(kind_name)
+    if kind is None:
+        return f"the registry has no kind {kind_name!r}"
+    rows = await queries.published_overrides(conn, tenant_id, kind.name)
+    overrides = {
+        (kind.name, r["channel"], r["locale"]): Override(r["title"], r["body"], r["version"])
+        for r in rows
+    }
+    samples = sample_values(kind)
+    locales = sorted(kind.locales | {locale for (_, _, locale) in overrides})
+    for channel in channels:
+        if channel not in kind.channels:
+            return f"{kind.name} has no {channel} wording"
+        for locale in locales:
+            rendered = render(kind, channel, locale, samples, overrides)
+            if rendered is None:
+                return f"{kind.name} does not render on {channel} in {locale}"
+            override = overrides.get((kind.name, channel, locale))
+            if override is not None and rendered.template_version != override.version:
+                return (
+                    f"the published {channel} override of {kind.name} in {locale} "
+                    f"(version {override.version}) does not render"
+                )
+    return None

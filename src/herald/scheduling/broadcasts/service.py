@@ -1,0 +1,617 @@
+"""Broadcasts (seed 003, DESIGN.md §5.2): drafted by one operator, approved by a different
+person, released by the scheduler as one ordinary event with a frozen audience, cancellable
+until completed.
+
+Admin side. Permissions NotificationBroadcast_CREATE (draft), _READ (list, read, audience
+preview, report), _UPDATE (change a draft), _APPROVE (approve) and _DELETE (cancel); an
+id-addressed route answers 404 to a caller without the permission, a list an empty page. Every
+state change is a compare-and-set with an audit record, in the request's transaction. A refusal
+changes nothing: the body, then the row's existence, then its state, then the version are
+checked before any write.
+
+Approval (R-BCAST-3..6) needs a person — an operator's token, never an API key — who is not the
+creator (and the CHECK approver_not_creator refuses such a row whatever this code does), on the
+version they read, and a kind whose wording (or published override) renders.
+
+Release (`release_broadcast`, called by the scheduler under its lease, one transaction per
+broadcast, as the broadcast's tenant): lock the approved broadcast, freeze `audienceFrozenAt`
+(R-BCAST-7), record one event through the send path with that timestamp, deduplicated on the
+broadcast (so a retried release records one event), and move to `sending`. The fan-out leaves
+out people created after the freeze (R-BCAST-8) and writes the deliveries the channel workers
+send (R-BCAST-9): the scheduler itself never sends.
+
+Settling (`settle_broadcast`, each tick): a `sending` broadcast whose event's fan-out completed
+and has no delivery in flight becomes `completed`; a cancelled one has its unclaimed deliveries
+cancelled in bounded statements until nothing is in flight.
+
+Cancel (R-BCAST-11, R-BCAST-12): the compare-and-set, then — for a released broadcast — the
+event's fan-out is halted under its row lock (no recipient is written after the cancel
+commits), and unclaimed deliveries become `cancelled` in bounded statements; calls in flight
+finish and are recorded as they end.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.admin.templates import service as templates
+from herald.admin.templates.service import Page
+from herald.audience import service as audience
+from herald.audit.service import actor_label, field_changes, record_audit
+from herald.auth.service import Operator
+from herald.db import tenancy
+from herald.delivery import service as delivery
+from herald.errors import (
+    AudienceInvalid,
+    AudienceTooLarge,
+    BroadcastAlreadyApproved,
+    BroadcastApproverNotPerson,
+    BroadcastCancelled,
+    BroadcastCompleted,
+    BroadcastInvalid,
+    BroadcastNotDraft,
+    BroadcastNotFound,
+    BroadcastSelfApproval,
+    BroadcastTemplateInvalid,
+    BroadcastVersionConflict,
+    ChannelUnknown,
+    CursorInvalid,
+    HeraldError,
+    SecretInVariables,
+    TemplateNotFound,
+    ValidationFailed,
+    VariablesInvalid,
+)
+from herald.fanout import service as fanout
+from herald.kinds import Registry
+from herald.scheduling.broadcasts import queries
+from herald.scheduling.broadcasts.schemas import (
+    ApproveInput,
+    AudiencePreview,
+    BroadcastInput,
+    BroadcastOut,
+    BroadcastPage,
+    BroadcastReport,
+    BroadcastUpdate,
+    PreviewPerson,
+)
+from herald.sending import service as sending
+
+log = logging.getLogger(__name__)
+
+CREATE = "NotificationBroadcast_CREATE"
+READ = "NotificationBroadcast_READ"
+UPDATE = "NotificationBroadcast_UPDATE"
+DELETE = "NotificationBroadcast_DELETE"
+APPROVE = "NotificationBroadcast_APPROVE"
+
+ENTITY = "broadcast"
+FIELDS = ("title", "kind", "variables", "channels", "audience", "scheduled_for")
+AUDITED_FIELDS = (*FIELDS, "state", "version")
+PREVIEW_SAMPLE = 20
+PREVIEW_PAGE = 5000
+# Deliveries one cancelling statement touches, and statements per request or per tick: what
+# is left is taken by the scheduler's next tick.
+CANCEL_BATCH = 5000
+CANCEL_STATEMENTS = 20
+
+# The send-path refusal → the field it is about.
+_SEND_FIELDS: tuple[tuple[type[HeraldError], str], ...] = (
+    (TemplateNotFound, "kind"),
+    (ChannelUnknown, "channels"),
+    (AudienceInvalid, "audience"),
+    (AudienceTooLarge, "audience"),
+    (VariablesInvalid, "variables"),
+    (SecretInVariables, "variables"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Input
+
+
+def _invalid(field_name: str, message: str) -> BroadcastInvalid:
+    return BroadcastInvalid(f"{field_name}: {message}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], raw: object) -> M:
+    if not isinstance(raw, Mapping):
+        raise BroadcastInvalid("body: a JSON object is required")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        location = error.get("loc", ())
+        name = str(location[0]) if location else "body"
+        raise _invalid(name, str(error.get("msg", "invalid value"))) from None
+
+
+def check_input(tenant_id: str, registry: Registry, data: BroadcastInput) -> dict[str, Any]:
+    """Every semantic check through the send path itself, so a draft is accepted exactly when
+    its event would be; the values as stored."""
+    kind = registry.get(data.kind)
+    if kind is None:
+        raise _invalid("kind", f"no kind named {data.kind!r} in the registry")
+    if kind.secret_variables:
+        raise _invalid("kind", f"{kind.name} carries a secret and cannot be broadcast")
+    send_input = sending.SendInput(
+        tenant_id=tenant_id,
+        kind=data.kind,
+        audience=data.audience,
+        channels=data.channels,
+        variables=data.variables,
+    )
+    try:
+        sending.prepare(send_input, registry)
+    except ValidationFailed as exc:
+        field_name = next((f for cls, f in _SEND_FIELDS if isinstance(exc, cls)), "audience")
+        raise _invalid(field_name, exc.message) from None
+    return {
+        "title": data.title,
+        "kind": kind.name,
+        "variables": {key: str(value) for key, value in data.variables.items()},
+        "channels": list(dict.fromkeys(data.channels)) if data.channels is not None else None,
+        "audience": audience.validate_audience(data.audience),
+        "scheduled_for": data.scheduled_for.astimezone(UTC) if data.scheduled_for else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Admin
+
+
+async def create_broadcast(
+    conn: AsyncConnection, operator: Operator, registry: Registry, raw: object
+) -> BroadcastOut:
+    """R-BCAST-1, R-BCAST-2: a new broadcast is a draft."""
+    _require(operator, CREATE)
+    values = check_input(operator.tenant_id, registry, _parse(BroadcastInput, raw))
+    row = await queries.insert_broadcast(
+        conn, operator.tenant_id, values, actor=actor_label(operator)
+    )
+    await record_audit(conn, operator, "create", ENTITY, str(row["public_id"]), _snapshot(row))
+    return await _out(conn, row)
+
+
+async def list_broadcasts(conn: AsyncConnection, operator: Operator, page: Page) -> BroadcastPage:
+    if not operator.may(READ):
+        return BroadcastPage(items=[], next_cursor=None)
+    before = _decode_cursor(page.cursor) if page.cursor is not None else None
+    rows = await queries.list_page(conn, operator.tenant_id, before_id=before, limit=page.limit + 1)
+    chosen, more = rows[: page.limit], len(rows) > page.limit
+    return BroadcastPage(
+        items=[await _out(conn, row) for row in chosen],
+        next_cursor=_encode_cursor(chosen[-1]["id"]) if more else None,
+    )
+
+
+async def get_broadcast(
+    conn: AsyncConnection, operator: Operator, broadcast_id: str
+) -> BroadcastOut:
+    _require(operator, READ)
+    return await _out(conn, await _find(conn, operator, broadcast_id))
+
+
+async def update_broadcast(
+    conn: AsyncConnection, operator: Operator, registry: Registry, broadcast_id: str, raw: object
+) -> BroadcastOut:
+    """Replace a draft's fields, on the version read; anything past draft is a 409."""
+    _require(operator, UPDATE)
+    data = _parse(BroadcastUpdate, raw)
+    values = check_input(operator.tenant_id, registry, data)
+    before = await _find(conn, operator, broadcast_id)
+    _require_draft(before)
+    _check_version(before, data.version)
+    after = await queries.update_draft(
+        conn,
+        operator.tenant_id,
+        before["id"],
+        expected_version=data.version,
+        changes=values,
+        actor=actor_label(operator),
+    )
+    if after is None:
+        raise BroadcastVersionConflict()
+    await record_audit(
+        conn,
+        operator,
+        "update",
+        ENTITY,
+        str(after["public_id"]),
+        field_changes(before, after, AUDITED_FIELDS),
+    )
+    return await _out(conn, after)
+
+
+async def approve_broadcast(
+    conn: AsyncConnection, operator: Operator, registry: Registry, broadcast_id: str, raw: object
+) -> BroadcastOut:
+    """R-BCAST-3..6: a person other than the creator, holding _APPROVE, approves the version
+    they read, provided the kind renders and the broadcast still passes the send path."""
+    _require(operator, APPROVE)
+    if operator.actor_kind != "person":
+        raise BroadcastApproverNotPerson()
+    data = _parse(ApproveInput, raw)
+    before = await _find(conn, operator, broadcast_id)
+    if before["state"] == "cancelled":
+        raise BroadcastCancelled("a cancelled broadcast cannot be approved")
+    if before["state"] != "draft":
+        raise BroadcastAlreadyApproved(f"the broadcast is already {before['state']}")
+    _check_version(before, data.version)
+    approver = actor_label(operator)
+    if approver == before["created_by"]:
+        raise BroadcastSelfApproval(
+            "a broadcast is approved by a different person from the one who created it"
+        )
+    channels = _channels(registry, before)
+    problem = await templates.rendering_problem(
+        conn, operator.tenant_id, registry, before["kind"], channels
+    )
+    if problem is not None:
+        raise BroadcastTemplateInvalid(problem)
+    # The registry may have changed since the draft was written.
+    check_input(operator.tenant_id, registry, _as_input(before))
+    after = await queries.approve(
+        conn, operator.tenant_id, before["id"], expected_version=data.version, approver=approver
+    )
+    if after is None:
+        raise BroadcastVersionConflict()
+    await record_audit(
+        conn,
+        operator,
+        "approve",
+        ENTITY,
+        str(after["public_id"]),
+        field_changes(before, after, ("state", "approved_by", "approved_at", "version")),
+    )
+    return await _out(conn, after)
+
+
+async def cancel_broadcast(
+    conn: AsyncConnection, operator: Operator, broadcast_id: str
+) -> BroadcastOut:
+    """Cancel from draft, approved or sending (R-BCAST-11, R-BCAST-12)."""
+    _require(operator, DELETE)
+    before = await _find(conn, operator, broadcast_id)
+    actor = actor_label(operator)
+    after = await queries.cancel(conn, operator.tenant_id, before["id"], actor)
+    if after is None:
+        current = await _find(conn, operator, broadcast_id)
+        if current["state"] == "completed":
+            raise BroadcastCompleted()
+        raise BroadcastCancelled("the broadcast is already cancelled")
+    if after["event_id"] is not None:
+        # No recipient is written after this commits: the fan-out's next batch finds the event
+        # completed under its row lock. This waits for a batch in progress to commit.
+        await fanout.halt(conn, after["event_id"], actor=actor)
+        await _cancel_deliveries(conn, after)
+    await record_audit(
+        conn,
+        operator,
+        "cancel",
+        ENTITY,
+        str(after["public_id"]),
+        field_changes(before, after, ("state", "cancelled_at", "cancelled_by", "version")),
+    )
+    return await _out(conn, after)
+
+
+async def audience_preview(
+    conn: AsyncConnection, operator: Operator, broadcast_id: str
+) -> AudiencePreview:
+    """R-BCAST-16: how many people the audience reaches now (or reached at its freeze), and the
+    first 20 of them by name, for a caller with _READ only. Reads keyset pages; writes nothing."""
+    _require(operator, READ)
+    row = await _find(conn, operator, broadcast_id)
+    count, after = 0, 0
+    sampled: list[audience.AudienceMember] = []
+    while True:
+        page = await audience.resolve_audience_page(
+            conn,
+            operator.tenant_id,
+            row["audience"],
+            after,
+            PREVIEW_PAGE,
+            created_until=row["audience_frozen_at"],
+        )
+        admitted = [m for m in page if m.admitted]
+        count += len(admitted)
+        sampled.extend(admitted[: PREVIEW_SAMPLE - len(sampled)])
+        if len(page) < PREVIEW_PAGE:
+            break
+        after = page[-1].person_id
+    external = await queries.external_ids(conn, [m.person_id for m in sampled])
+    sample = [
+        PreviewPerson(external_id=external[m.person_id], full_name=m.full_name)
+        for m in sampled
+        if m.person_id in external
+    ]
+    return AudiencePreview(count=count, sample=sample)
+
+
+async def report(conn: AsyncConnection, operator: Operator, broadcast_id: str) -> BroadcastReport:
+    """R-BCAST-10: {channel: {status: n}} rebuilt from the delivery rows."""
+    _require(operator, READ)
+    row = await _find(conn, operator, broadcast_id)
+    counts: dict[str, dict[str, int]] = {}
+    recipients = 0
+    if row["event_id"] is not None:
+        for channel, status, n in await queries.delivery_counts(conn, row["event_id"]):
+            counts.setdefault(channel, {})[status] = n
+        recipients = await queries.recipient_count(conn, row["event_id"])
+    return BroadcastReport(
+        id=row["public_id"],
+        state=row["state"],
+        recipient_count=recipients,
+        delivery_count=sum(n for by_status in counts.values() for n in by_status.values()),
+        counts=counts,
+    )
+
+
+async def forget_operator(
+    conn: AsyncConnection, tenant_id: str, external_id: str, public_id: uuid.UUID
+) -> int:
+    """Erasure of a person who operated broadcasts: their label becomes an erased one that is
+    still theirs alone (their public id), so the two-person record keeps its shape."""
+    return await queries.rename_actor(
+        conn, tenant_id, f"person:{external_id}", f"person:erased:{public_id}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The scheduler
+
+
+@dataclass(frozen=True)
+class Due:
+    id: int
+    tenant_id: str
+
+
+async def due_broadcasts(conn: AsyncConnection, *, limit: int) -> list[Due]:
+    return [Due(r["id"], r["tenant_id"]) for r in await queries.due_broadcasts(conn, limit=limit)]
+
+
+async def unsettled_broadcasts(conn: AsyncConnection, *, after_id: int, limit: int) -> list[Due]:
+    rows = await queries.unsettled_broadcasts(conn, after_id=after_id, limit=limit)
+    return [Due(r["id"], r["tenant_id"]) for r in rows]
+
+
+def release_key(public_id: uuid.UUID) -> str:
+    """What identifies a broadcast's one event: the broadcast."""
+    return f"broadcast:{public_id}"
+
+
+async def release_broadcast(
+    conn: AsyncConnection, registry: Registry, due: Due
+) -> uuid.UUID | None:
+    """Freeze the audience, record the event and move to `sending`, in the caller's one
+    transaction, as the broadcast's tenant. None when another scheduler or a cancel holds the
+    row, or it is no longer due (nothing is written)."""
+    await tenancy.enter_tenant(conn, due.tenant_id)
+    row = await queries.lock_due(conn, due.tenant_id, due.id)
+    if row is None:
+        return None
+    # R-BCAST-7: the freeze is fixed before anything resolves the audience. now() is this
+    # transaction's start: everyone committed before it is in, nobody created after it.
+    frozen_at = await queries.now(conn)
+    send_input = sending.SendInput(
+        tenant_id=due.tenant_id,
+        kind=row["kind"],
+        audience=row["audience"],
+        channels=row["channels"],
+        variables=row["variables"],
+    )
+    operator = _scheduler(due.tenant_id)
+    try:
+        result = await sending.record_occurrence(
+            conn,
+            send_input,
+            registry=registry,
+            occurrence_key=release_key(row["public_id"]),
+            audience_frozen_at=frozen_at,
+        )
+    except ValidationFailed as exc:
+        await queries.mark_release_failed(conn, row["id"], f"system:{exc.code}")
+        await record_audit(
+            conn, operator, "cancel", ENTITY, str(row["public_id"]), {"reason": exc.code}
+        )
+        log.error("broadcast %s could not be released: %s", row["public_id"], exc.code)
+        return None
+    event_id = await queries.event_id_of(conn, due.tenant_id, result.id)
+    await queries.mark_sending(
+        conn, row["id"], frozen_at=frozen_at, event_id=event_id, event_public_id=result.id
+    )
+    await record_audit(
+        conn,
+        operator,
+        "release",
+        ENTITY,
+        str(row["public_id"]),
+        {"state": {"before": "approved", "after": "sending"}, "audienceFrozenAt": frozen_at},
+    )
+    return result.id
+
+
+async def settle_broadcast(conn: AsyncConnection, due: Due) -> str | None:
+    """Complete a sending broadcast whose work is done, or carry a cancelled one's cancelling
+    on; the state reached ("completed", "settled", "sending", "cancelling") or None when locked."""
+    await tenancy.enter_tenant(conn, due.tenant_id)
+    row = await queries.lock_unsettled(conn, due.tenant_id, due.id)
+    if row is None:
+        return None
+    event_id = row["event_id"]
+    if event_id is None:  # the event aged out: nothing of it is left in flight
+        await queries.mark_settled(conn, row["id"])
+        return "settled"
+    if row["state"] == "sending":
+        if not row["fanout_completed"] or await delivery.in_flight(conn, event_id):
+            return "sending"
+        await queries.mark_completed(conn, row["id"])
+        await record_audit(
+            conn,
+            _scheduler(due.tenant_id),
+            "complete",
+            ENTITY,
+            str(row["public_id"]),
+            {"state": {"before": "sending", "after": "completed"}},
+        )
+        return "completed"
+    return "settled" if await _cancel_deliveries(conn, row) else "cancelling"
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+async def _cancel_deliveries(conn: AsyncConnection, row: RowMapping) -> bool:
+    """Unclaimed deliveries → cancelled, at most CANCEL_STATEMENTS bounded statements; True (and
+    the broadcast settled) once nothing is in flight."""
+    for _ in range(CANCEL_STATEMENTS):
+        if (
+            await delivery.cancel_unclaimed(conn, row["event_id"], limit=CANCEL_BATCH)
+            < CANCEL_BATCH
+        ):
+            break
+    if await delivery.in_flight(conn, row["event_id"]):
+        return False
+    await queries.mark_settled(conn, row["id"])
+    return True
+
+
+def _scheduler(tenant_id: str) -> Operator:
+    return Operator(
+        tenant_id=tenant_id,
+        actor_kind="system",
+        actor_id="scheduler",
+        person_id=None,
+        permissions=frozenset(),
+        superadmin=False,
+    )
+
+
+def _channels(registry: Registry, row: RowMapping) -> list[str]:
+    if row["channels"] is not None:
+        return list(row["channels"])
+    kind = registry.get(row["kind"])
+    return list(kind.channels) if kind is not None else []
+
+
+def _as_input(row: RowMapping) -> BroadcastInput:
+    return BroadcastInput(
+        title=row["title"],
+        kind=row["kind"],
+        variables=row["variables"],
+        channels=row["channels"],
+        audience=row["audience"],
+        scheduled_for=row["scheduled_for"],
+    )
+
+
+def _require(operator: Operator, permission: str) -> None:
+    """404 for a caller without the permission, the same answer as for a missing broadcast."""
+    if not operator.may(permission):
+        raise BroadcastNotFound()
+
+
+def _require_draft(row: RowMapping) -> None:
+    if row["state"] == "cancelled":
+        raise BroadcastCancelled("a cancelled broadcast cannot be changed")
+    if row["state"] != "draft":
+        raise BroadcastNotDraft(f"the broadcast is {row['state']}; only a draft can be changed")
+
+
+async def _find(conn: AsyncConnection, operator: Operator, broadcast_id: str) -> RowMapping:
+    try:
+        public_id = uuid.UUID(broadcast_id)
+    except ValueError:
+        raise BroadcastNotFound() from None
+    row = await queries.find(conn, operator.tenant_id, public_id)
+    if row is None:
+        raise BroadcastNotFound()
+    return row
+
+
+def _check_version(row: RowMapping, read: int) -> None:
+    if row["version"] != read:
+        raise BroadcastVersionConflict(
+            f"the broadcast is at version {row['version']}, not {read}; re-read it and try again"
+        )
+
+
+def _encode_cursor(row_id: int) -> str:
+    raw = json.dumps(["b", row_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise CursorInvalid() from None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or value[0] != "b"
+        or isinstance(value[1], bool)
+        or not isinstance(value[1], int)
+        or not 1 <= value[1] <= 2**63 - 1
+    ):
+        raise CursorInvalid()
+    return value[1]
+
+
+def _snapshot(row: RowMapping) -> dict[str, Any]:
+    return {name: row[name] for name in (*FIELDS, "state", "version")}
+
+
+async def _out(conn: AsyncConnection, row: RowMapping) -> BroadcastOut:
+    counts: dict[str, int] = {}
+    recipients = 0
+    if row["event_id"] is not None:
+        for _, status, n in await queries.delivery_counts(conn, row["event_id"]):
+            counts[status] = counts.get(status, 0) + n
+        recipients = await queries.recipient_count(conn, row["event_id"])
+
+    def utc(name: str) -> Any:
+        value = row[name]
+        return value.astimezone(UTC) if value is not None else None
+
+    return BroadcastOut(
+        id=row["public_id"],
+        state=row["state"],
+        title=row["title"],
+        kind=row["kind"],
+        audience=row["audience"],
+        channels=row["channels"],
+        variables=row["variables"],
+        scheduled_for=utc("scheduled_for"),
+        created_by=row["created_by"],
+        approved_by=row["approved_by"],
+        approved_at=utc("approved_at"),
+        audience_frozen_at=utc("audience_frozen_at"),
+        event_id=row["event_public_id"],
+        cancelled_at=utc("cancelled_at"),
+        cancelled_by=row["cancelled_by"],
+        completed_at=utc("completed_at"),
+        settled_at=utc("settled_at"),
+        counts=counts,
+        recipient_count=recipients,
+        version=row["version"],
+        created_at=utc("created_at"),
+        updated_at=utc("updated_at"),
+    )
