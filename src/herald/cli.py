@@ -42,6 +42,8 @@ keys_app = typer.Typer(help="API keys for the host's server-side calls.", no_arg
 demo_app = typer.Typer(help="The demo school directory (tenant `demo`).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(demo_app, name="demo")
+broadcasts_app = typer.Typer(help="Broadcasts (DESIGN.md §5.2).", no_args_is_help=True)
+app.add_typer(broadcasts_app, name="broadcasts")
 
 # For people; machine-readable answers go to stdout with print().
 console = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -269,6 +271,10 @@ def _announce_dev(info: DevInfo) -> None:
     out.print(f"  {info.curl[0]}", markup=False)
     out.print(f"Read {info.guardian}'s inbox:")
     out.print(f"  {info.curl[1]}", markup=False)
+    if info.broadcast_curl:
+        out.print("A broadcast, drafted by the principal and approved by the deputy:")
+        for line in info.broadcast_curl:
+            out.print(f"  {line}", markup=False)
     out.print()
     out.print("Ctrl-C stops.")
 
@@ -460,6 +466,62 @@ def send(
     result = _run(_in_transaction(settings, record))
     console.print("recorded" if result.created else "folded into an existing event")
     print(result.id)
+
+
+@broadcasts_app.command("status")
+def broadcasts_status(
+    broadcast_id: Annotated[str, typer.Argument(help="The broadcast's id.")],
+    tenant: TenantOption,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Watch until it is completed or cancelled.")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.2, max=60, help="Seconds between reads.")] = 1.0,
+) -> None:
+    """Print a broadcast's state and its delivery counts (read from the delivery rows); with
+    --follow, a progress bar until it is completed, or cancelled with nothing left in flight."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    from herald.db import tenancy
+    from herald.db.engine import make_async_engine
+    from herald.runtime.database import resolve_database_url
+    from herald.scheduling.broadcasts import service as broadcasts
+
+    settings = _settings()
+
+    async def watch() -> broadcasts.Status:
+        engine = make_async_engine(resolve_database_url(settings), pool_size=1)
+        try:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[counts]}"),
+                console=console,
+                transient=False,
+                disable=not follow,
+            ) as progress:
+                task = progress.add_task("", total=None, counts="")
+                while True:
+                    async with engine.begin() as conn:
+                        await tenancy.enter_tenant(conn, tenant)
+                        status = await broadcasts.status(conn, tenant, broadcast_id)
+                    progress.update(
+                        task,
+                        description=f"{status.state} · {status.recipients} recipients",
+                        total=max(status.deliveries, 1),
+                        completed=status.finished,
+                        counts=status.describe(),
+                    )
+                    if not follow or status.done:
+                        return status
+                    await asyncio.sleep(interval)
+        finally:
+            await engine.dispose()
+
+    with _reported_errors():
+        final = _run(watch())
+    console.print(f"{final.state}: {final.recipients} recipients; {final.describe()}")
+    print(final.state)
 
 
 @demo_app.command("load")

@@ -14,7 +14,7 @@ import os
 import secrets
 import shlex
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,32 @@ def curl_examples(base_url: str, api_key: str, token: str) -> list[str]:
     return [send, inbox]
 
 
+def broadcast_curl(base_url: str, principal: str, deputy: str) -> list[str]:
+    """The two-person flow: the principal drafts a broadcast to every guardian, the deputy
+    approves it (the principal's own approval would be refused), and anyone watches it."""
+    draft = {
+        "title": "School closed tomorrow",
+        "kind": "announcement.posted",
+        "audience": {"kind": "role", "roles": ["guardian"]},
+        "channels": ["in_app", "email"],
+        "variables": {"title": "School closed", "message": "The school is closed tomorrow."},
+    }
+    create = (
+        f"ID=$(curl -sS -X POST {base_url}/v1/admin/broadcasts"
+        f" -H {shlex.quote('Authorization: Bearer ' + principal)}"
+        " -H 'Content-Type: application/json'"
+        f" -d {shlex.quote(json.dumps(draft, separators=(',', ':')))}"
+        " | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"id\"])')"
+    )
+    approve = (
+        f"curl -sS -X POST {base_url}/v1/admin/broadcasts/$ID/approve"
+        f" -H {shlex.quote('Authorization: Bearer ' + deputy)}"
+        " -H 'Content-Type: application/json' -d '{\"version\":1}'"
+    )
+    watch = "herald broadcasts status $ID --tenant demo --follow"
+    return [create, approve, watch]
+
+
 @dataclass(frozen=True)
 class DevInfo:
     """What `herald dev` tells the person at the keyboard once the API is listening."""
@@ -132,6 +158,8 @@ class DevInfo:
     guardian_role: str
     token: str
     curl: list[str]
+    # Draft (the principal), approve (the deputy), watch: the two-person broadcast flow.
+    broadcast_curl: list[str] = field(default_factory=list)
 
     @property
     def demo_url(self) -> str:
@@ -172,7 +200,7 @@ async def run_dev(
     from herald.db.engine import make_async_engine
     from herald.demo import web
     from herald.demo.loader import load_reachability, load_reminders, load_school
-    from herald.demo.school import DEMO_GUARDIAN, SCHOOL
+    from herald.demo.school import DEMO_GUARDIAN, DEPUTY, PRINCIPAL, SCHOOL
     from herald.kinds import get_registry
     from herald.realtime.hub import build_hub
     from herald.runtime import server
@@ -205,6 +233,23 @@ async def run_dev(
             guardian_role=GUARDIAN_ROLE,
             token=token,
             curl=curl_examples(base_url, api_key, token),
+            broadcast_curl=broadcast_curl(
+                base_url,
+                auth.sign_token(
+                    settings,
+                    tenant_id=SCHOOL.tenant_id,
+                    subject=PRINCIPAL[0],
+                    role="principal",
+                    ttl=timedelta(days=1),
+                ),
+                auth.sign_token(
+                    settings,
+                    tenant_id=SCHOOL.tenant_id,
+                    subject=DEPUTY[0],
+                    role="deputy",
+                    ttl=timedelta(days=1),
+                ),
+            ),
         )
 
         hub = build_hub(settings, engine)

@@ -125,6 +125,13 @@ ROLES = (
     Role("student", "Student", "student"),
     Role("teacher", "Teacher", "staff", permissions=("NotificationHistory_READ",)),
     Role("principal", "Principal", "staff", superadmin=True),
+    # The second person of a broadcast's two (DESIGN.md §5.2): drafts and approves broadcasts.
+    Role(
+        "deputy",
+        "Deputy principal",
+        "staff",
+        permissions=(*vocabulary.BROADCAST_PERMISSIONS, "NotificationHistory_READ"),
+    ),
 )
 
 GROUPS = (
@@ -196,6 +203,8 @@ TEACHERS: list[tuple[str, str, str, str]] = [
 ]
 
 PRINCIPAL = ("sunita-koirala", "Sunita Koirala", "en")
+# The principal drafts a broadcast, the deputy approves it (or the other way round).
+DEPUTY = ("ramila-adhikari", "Ramila Adhikari", "en")
 
 # The guardian `herald dev` signs a token for: a parent of Aarav (7A) and Rohan (8A).
 DEMO_GUARDIAN = "ramesh-shrestha"
@@ -284,6 +293,16 @@ def build_school() -> School:
         roles=("principal",),
         email=_email(external_id),
         phone=_phone(5, 100),
+    )
+
+    external_id, name, locale = DEPUTY
+    people[external_id] = Person(
+        external_id,
+        name,
+        locale,
+        roles=("deputy",),
+        email=_email(external_id),
+        phone=_phone(5, 101),
     )
 
     return School(

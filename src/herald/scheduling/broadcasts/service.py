@@ -88,6 +88,7 @@ from herald.scheduling.broadcasts.schemas import (
     PreviewPerson,
 )
 from herald.sending import service as sending
+from herald.vocabulary import IN_FLIGHT_STATUSES as IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +360,56 @@ async def report(conn: AsyncConnection, operator: Operator, broadcast_id: str) -
         recipient_count=recipients,
         delivery_count=sum(n for by_status in counts.values() for n in by_status.values()),
         counts=counts,
+    )
+
+
+@dataclass(frozen=True)
+class Status:
+    """What `herald broadcasts status` shows: the state and the delivery rows' counts."""
+
+    state: str
+    recipients: int
+    counts: dict[str, int]
+    settled: bool
+
+    @property
+    def deliveries(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        """Deliveries with no work ahead of them."""
+        return sum(n for status, n in self.counts.items() if status not in IN_FLIGHT)
+
+    @property
+    def done(self) -> bool:
+        return self.state == "completed" or (self.state == "cancelled" and self.settled)
+
+    def describe(self) -> str:
+        return ", ".join(f"{status} {n}" for status, n in sorted(self.counts.items())) or "none yet"
+
+
+async def status(conn: AsyncConnection, tenant_id: str, broadcast_id: str) -> Status:
+    """For the operator's CLI (a database credential, so no permission check)."""
+    operator = Operator(
+        tenant_id=tenant_id,
+        actor_kind="system",
+        actor_id="cli",
+        person_id=None,
+        permissions=frozenset(),
+        superadmin=True,
+    )
+    found = await report(conn, operator, broadcast_id)
+    row = await _find(conn, operator, broadcast_id)
+    counts: dict[str, int] = {}
+    for by_status in found.counts.values():
+        for name, n in by_status.items():
+            counts[name] = counts.get(name, 0) + n
+    return Status(
+        state=found.state,
+        recipients=found.recipient_count,
+        counts=counts,
+        settled=row["settled_at"] is not None,
     )
 
 
