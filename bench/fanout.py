@@ -117,7 +117,8 @@ def baseline_copy(url: str, people: int) -> float:
         elapsed = time.perf_counter() - started
         # Leave the tables as the fan-out will find them: empty.
         conn.execute(
-            "TRUNCATE notification_delivery_attempt, notification_delivery, notification_recipient, notification_event"
+            "TRUNCATE broadcast, notification_delivery_attempt, notification_delivery, notification_recipient, "
+            "notification_event"
         )
         conn.commit()
     return elapsed

@@ -62,7 +62,7 @@ def set_rls(url: str, on: bool) -> None:
 def clear_fanout(url: str) -> None:
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE notification_delivery_attempt, dead_letter, notification_delivery, "
+            "TRUNCATE broadcast, notification_delivery_attempt, dead_letter, notification_delivery, "
             "notification_recipient, notification_event"
         )
         conn.execute("VACUUM ANALYZE")

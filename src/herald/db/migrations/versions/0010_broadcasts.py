@@ -1,7 +1,7 @@
 """Broadcasts: the broadcast table, an event's frozen audience, and a cut-short fan-out
 
 Revision ID: 0010
-Revises: 0009 (re-pointed at the latest migration of main when this branch lands)
+Revises: 0009
 Create Date: 2026-12-01 15:00:00.000000
 
 - `broadcast` (issue 11, DESIGN.md §5.2), under row-level security, with the CHECK that refuses

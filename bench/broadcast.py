@@ -1,0 +1,162 @@
+"""One broadcast to N people over in_app + email (mock provider), released and delivered by real
+`herald scheduler` and `herald worker` processes, beside a raw COPY of the same rows in the
+same run.
+
+    .venv/bin/python bench/broadcast.py [--people 1000000] [--batch 500]
+
+Uses HERALD_BENCH_DATABASE_URL (the bench creates and drops its own database), else the embedded
+PostgreSQL under .herald/bench. The broadcast is written approved (two different people) and due
+a few seconds ahead, so both processes are up when the scheduler releases it. Prints:
+  - baseline: COPY of N recipient rows and 2N delivery rows into the same tables;
+  - broadcast: release → fan-out complete, and release → completed (every email recorded by the
+    mock), each with its ratio to the COPY;
+  - first in-app row: how long after the release (the frozen timestamp) the first inbox row exists;
+  - memory: peak RSS of the scheduler and of the worker, and the worker's RSS over the run.
+Never part of the test run's pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import create_database, drop_database  # noqa: E402
+
+from bench.fanout import TENANT, baseline_copy, seed_people  # noqa: E402
+from herald.db import embedded, migrate  # noqa: E402
+from herald.db.engine import libpq_url  # noqa: E402
+
+RELEASE_DELAY_SECONDS = 4
+
+
+def insert_broadcast(url: str) -> str:
+    with psycopg.connect(libpq_url(url)) as conn:
+        row = conn.execute(
+            "INSERT INTO broadcast (tenant_id, title, kind, variables, channels, audience, "
+            "scheduled_for, state, created_by, approved_by, approved_at) VALUES (%s, 'Bench', "
+            '\'announcement.posted\', \'{"title": "Sports day moved", "message": "Friday"}\', '
+            "ARRAY['in_app', 'email'], '{\"kind\": \"all_users\"}', "
+            "now() + make_interval(secs => %s), 'approved', 'person:a', 'person:b', now()) "
+            "RETURNING public_id",
+            (TENANT, RELEASE_DELAY_SECONDS),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return str(row[0])
+
+
+def progress(url: str, public_id: str) -> tuple[object, ...]:
+    """state, frozen_at, fan-out completed at, completed at, first in-app row at."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT b.state, b.audience_frozen_at, e.fanout_completed_at, b.completed_at, "
+            "(SELECT min(d.delivered_at) FROM notification_delivery d "
+            "  WHERE d.event_id = b.event_id AND d.channel = 'in_app') "
+            "FROM broadcast b LEFT JOIN notification_event e ON e.id = b.event_id "
+            "WHERE b.public_id = %s",
+            (public_id,),
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--people", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=500)
+    args = parser.parse_args()
+
+    server = os.environ.get("HERALD_BENCH_DATABASE_URL") or embedded.start(
+        ROOT / ".herald" / "bench"
+    )
+    name = f"herald_bench_{uuid.uuid4().hex[:8]}"
+    url = create_database(server, name)
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        migrate.upgrade(url)
+        with psycopg.connect(libpq_url(url)) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        print(f"PostgreSQL {version}; {args.people:,} people; batch {args.batch}")
+        seed_people(url, args.people)
+        copy_seconds = baseline_copy(url, args.people)
+        env = {
+            **os.environ,
+            "HERALD_DATABASE_URL": url,
+            "HERALD_FEATURE_BROADCASTS": "true",
+            "HERALD_EMAIL_PROVIDER": "mock",
+            "HERALD_FANOUT_BATCH_SIZE": str(args.batch),
+            "HERALD_SCHEDULER_TICK_SECONDS": "0.2",
+            "HERALD_LOG_LEVEL": "WARNING",
+        }
+        herald = str(Path(sys.executable).with_name("herald"))
+        for role in ("scheduler", "worker"):
+            processes[role] = subprocess.Popen(
+                [herald, role], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        public_id = insert_broadcast(url)
+        peaks = {role: 0.0 for role in processes}
+        worker_rss: list[float] = []
+        while True:
+            for role, proc in processes.items():
+                if proc.poll() is not None:
+                    raise SystemExit(f"herald {role} exited with {proc.returncode}")
+                rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+                peaks[role] = max(peaks[role], rss)
+                if role == "worker":
+                    worker_rss.append(rss)
+            state, frozen, fanned, completed, first_row = progress(url, public_id)
+            if state == "completed":
+                break
+            time.sleep(0.5)
+        assert frozen is not None and fanned is not None and completed is not None
+        assert first_row is not None
+        fan_seconds = (fanned - frozen).total_seconds()  # type: ignore[operator]
+        total_seconds = (completed - frozen).total_seconds()  # type: ignore[operator]
+        first_seconds = (first_row - frozen).total_seconds()  # type: ignore[operator]
+        rows = args.people * 3
+        print(
+            f"baseline   COPY {rows:,} rows (recipients + 2 deliveries each): {copy_seconds:7.2f} s"
+        )
+        print(
+            f"fan-out    release → fan-out complete:  {fan_seconds:7.2f} s "
+            f"= {fan_seconds / copy_seconds:.2f}x the COPY"
+        )
+        print(
+            f"broadcast  release → completed (emails recorded): {total_seconds:7.2f} s "
+            f"= {total_seconds / copy_seconds:.2f}x the COPY (target <= 2.5x)"
+        )
+        print(
+            f"first row  first in-app row {first_seconds:.2f} s after the release (target <= 2 s)"
+        )
+        third = max(len(worker_rss) // 3, 1)
+        print(
+            f"memory     peak RSS: scheduler {peaks['scheduler']:.1f} MiB, "
+            f"worker {peaks['worker']:.1f} MiB; worker max in first / last third "
+            f"{max(worker_rss[:third]):.1f} / {max(worker_rss[-third:]):.1f} MiB"
+        )
+    finally:
+        for proc in processes.values():
+            proc.terminate()
+        for proc in processes.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        drop_database(server, name)
+
+
+if __name__ == "__main__":
+    main()
