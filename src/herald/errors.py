@@ -16,8 +16,14 @@ class HeraldError(Exception):
     status: ClassVar[int] = 500
 
     def __init__(self, message: str | None = None) -> None:
-        self.message = message or (self.__doc__ or self.code).strip()
+        self.message = message or self.default_message()
         super().__init__(self.message)
+
+    @classmethod
+    def default_message(cls) -> str:
+        """The class's docstring as one line: a wrapped docstring must not leak its newlines and
+        indentation into a response."""
+        return " ".join((cls.__doc__ or cls.code).split())
 
 
 class ValidationFailed(HeraldError):
@@ -25,6 +31,28 @@ class ValidationFailed(HeraldError):
 
     code = "VALIDATION_FAILED"
     status = 400
+
+
+class RequestMalformed(HeraldError):
+    """The request does not match its schema (a field is missing, unknown, of the wrong type or
+    out of bounds, or the body is not JSON)."""
+
+    code = "REQUEST_MALFORMED"
+    status = 422
+
+
+class RequestTooLarge(HeraldError):
+    """The request body is larger than Herald accepts."""
+
+    code = "REQUEST_TOO_LARGE"
+    status = 413
+
+
+class MethodNotAllowed(HeraldError):
+    """This path does not serve that method; the Allow header lists the ones it does."""
+
+    code = "METHOD_NOT_ALLOWED"
+    status = 405
 
 
 class TemplateNotFound(ValidationFailed):
@@ -188,13 +216,13 @@ class DirectoryBatchDuplicate(ValidationFailed):
     code = "DIRECTORY_BATCH_DUPLICATE"
 
 
-class DirectoryRoleUnknown(ValidationFailed):
+class DirectoryRoleUnknown(Conflict):
     """A person names a role code this tenant has not defined (PUT /v1/roles/{code} first)."""
 
     code = "DIRECTORY_ROLE_UNKNOWN"
 
 
-class DirectoryGuardianshipSelf(ValidationFailed):
+class DirectoryGuardianshipSelf(Conflict):
     """A person cannot be their own guardian."""
 
     code = "DIRECTORY_GUARDIANSHIP_SELF"
@@ -348,7 +376,7 @@ class FeedNotificationInvalid(ValidationFailed):
     code = "FEED_NOTIFICATION_INVALID"
 
 
-class FeedReaderRequired(ValidationFailed):
+class FeedReaderRequired(Forbidden):
     """Feed read state belongs to a person; an API key has none (sign in as a person)."""
 
     code = "FEED_READER_REQUIRED"

@@ -15,7 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from herald.api import limits, openapi
 from herald.auth.deps import AppState
 from herald.config import Settings
 from herald.db import health
@@ -24,7 +26,10 @@ from herald.errors import (
     HeraldError,
     InternalError,
     RateLimited,
+    MethodNotAllowed,
+    NotFound,
     RedisUnavailable,
+    RequestMalformed,
     ServiceUnavailable,
 )
 from herald.kinds import Registry
@@ -130,7 +135,28 @@ def create_app(
             f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg')}"
             for err in exc.errors()
         )
-        return JSONResponse(error_body("REQUEST_MALFORMED", problems), status_code=422)
+        return JSONResponse(error_body(RequestMalformed.code, problems), RequestMalformed.status)
+
+    # What the router and FastAPI answer by themselves (an unknown path, a method the path does
+    # not serve, a body that cannot be decoded) in the same envelope as every other error.
+    @app.exception_handler(StarletteHTTPException)
+    async def routing_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 405:
+            allowed = _allowed_methods(app, request.url.path)
+            return JSONResponse(
+                error_body(MethodNotAllowed.code, MethodNotAllowed.default_message()),
+                MethodNotAllowed.status,
+                headers={"Allow": ", ".join(allowed)},
+            )
+        if exc.status_code == 404:
+            return JSONResponse(error_body(NotFound.code, "No such path."), NotFound.status)
+        if exc.status_code == 400:
+            # FastAPI's "There was an error parsing the body" (e.g. a body that is not UTF-8).
+            message = "body: the body could not be read as JSON (is it UTF-8?)"
+            return JSONResponse(error_body(RequestMalformed.code, message), RequestMalformed.status)
+        return JSONResponse(
+            error_body(HeraldError.code, str(exc.detail)), exc.status_code, headers=exc.headers
+        )
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -149,7 +175,28 @@ def create_app(
 
     for router in _routers():
         app.include_router(router)
+    app.add_middleware(limits.BodySizeLimit, max_bytes=limits.MAX_BODY_BYTES)
+    openapi.install(app)
     return app
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method served at the path the request named. Starlette's own 405 lists only the
+    methods of the first route whose path matched, so `OPTIONS /v1/admin/templates` said `GET`
+    though POST is served there too: here the methods of every route with that path are joined
+    (the path being the first route template that matches, as routing picks it)."""
+    template: str | None = None
+    methods: set[str] = set()
+    for route in openapi.leaf_routes(app):
+        served = getattr(route, "methods", None)
+        regex = getattr(route, "path_regex", None)
+        if not served or regex is None:
+            continue
+        if template is None and regex.match(path):
+            template = route.path_format
+        if template is not None and route.path_format == template:
+            methods |= served
+    return sorted(methods)
 
 
 def _note_database_recoveries(engine: AsyncEngine) -> None:

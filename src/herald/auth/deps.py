@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.auth import service as auth
@@ -76,19 +77,43 @@ def _enter(request: Request, tenant_id: str) -> None:
     setattr(request.state, _TENANT, tenant_id)
 
 
-def _bearer(authorization: str | None) -> str:
-    if not authorization:
-        raise Unauthenticated("missing Authorization header")
-    scheme, _, credential = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not credential.strip():
+# The two credentials, declared as OpenAPI security schemes so tools and generated clients know
+# which routes need which. Both travel as `Authorization: Bearer …`; neither scheme answers on its
+# own (auto_error=False), so a missing or malformed header is Herald's 401, in Herald's envelope.
+api_key_scheme = HTTPBearer(
+    scheme_name="apiKey",
+    bearerFormat="hk_…",
+    description="An API key (`herald keys create`), for the host's server-side calls.",
+    auto_error=False,
+)
+jwt_scheme = HTTPBearer(
+    scheme_name="userJwt",
+    bearerFormat="JWT",
+    description="A JWT the host signs for one person of one tenant (`sub`, `tid`, `exp`, `role`).",
+    auto_error=False,
+)
+ApiKeyCredential = Annotated[HTTPAuthorizationCredentials | None, Security(api_key_scheme)]
+JwtCredential = Annotated[HTTPAuthorizationCredentials | None, Security(jwt_scheme)]
+
+# Longer than any key or JWT Herald accepts; a longer header is refused before it is parsed.
+MAX_CREDENTIAL_LENGTH = 8192
+
+
+def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is None:
         raise Unauthenticated("expected 'Authorization: Bearer <credential>'")
-    return credential.strip()
+    credential = credentials.credentials.strip()
+    if not credential:
+        raise Unauthenticated("expected 'Authorization: Bearer <credential>'")
+    if len(credential) > MAX_CREDENTIAL_LENGTH:
+        raise Unauthenticated("the credential is too long")
+    return credential
 
 
 async def _scoped_caller(
-    request: Request, authorization: str | None, x_api_key: str | None, scope: str
+    request: Request, credentials: HTTPAuthorizationCredentials | None, scope: str
 ) -> auth.ApiCaller:
-    key = x_api_key or _bearer(authorization)
+    key = _bearer(credentials)
     async with all_tenants_transaction(request) as conn:
         caller = await auth.authenticate_key(conn, key)
     if not caller.allows(scope):
@@ -100,12 +125,8 @@ async def _scoped_caller(
 def require_scope(scope: str) -> Callable[..., Awaitable[auth.ApiCaller]]:
     """A dependency that authenticates an API key and checks one scope."""
 
-    async def dependency(
-        request: Request,
-        authorization: Annotated[str | None, Header()] = None,
-        x_api_key: Annotated[str | None, Header()] = None,
-    ) -> auth.ApiCaller:
-        return await _scoped_caller(request, authorization, x_api_key, scope)
+    async def dependency(request: Request, credentials: ApiKeyCredential) -> auth.ApiCaller:
+        return await _scoped_caller(request, credentials, scope)
 
     return dependency
 
@@ -114,12 +135,8 @@ def limit_sends(scope: str, route: str) -> Callable[..., Awaitable[auth.ApiCalle
     """require_scope, then the send limits (R-SEC-14): one hit on the key's window and one on
     the tenant's, counted per route (`events`, `secrets`), 429 RATE_LIMITED when either is full."""
 
-    async def dependency(
-        request: Request,
-        authorization: Annotated[str | None, Header()] = None,
-        x_api_key: Annotated[str | None, Header()] = None,
-    ) -> auth.ApiCaller:
-        caller = await _scoped_caller(request, authorization, x_api_key, scope)
+    async def dependency(request: Request, credentials: ApiKeyCredential) -> auth.ApiCaller:
+        caller = await _scoped_caller(request, credentials, scope)
         app_state = state(request)
         settings = app_state.settings
         limiter = app_state.rate_limits
@@ -134,11 +151,9 @@ def limit_sends(scope: str, route: str) -> Callable[..., Awaitable[auth.ApiCalle
     return dependency
 
 
-async def current_actor(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> auth.Actor:
+async def current_actor(request: Request, credentials: JwtCredential) -> auth.Actor:
     """The end user of a /v1/me route, within their per-person rate limit (R-SEC-14)."""
-    token = _bearer(authorization)
+    token = _bearer(credentials)
     app_state = state(request)
     async with all_tenants_transaction(request) as conn:
         actor = await auth.authenticate_actor(conn, app_state.settings, token)
@@ -156,9 +171,11 @@ ActorDep = Annotated[auth.Actor, Depends(current_actor)]
 
 
 async def current_operator(
-    request: Request, authorization: Annotated[str | None, Header()] = None
+    request: Request, jwt_credentials: JwtCredential, key_credentials: ApiKeyCredential
 ) -> auth.Operator:
-    credential = _bearer(authorization)
+    """A person's JWT (acting through its active role) or an API key with the admin scope: both
+    arrive in the same header, so the two schemes name the same credential."""
+    credential = _bearer(jwt_credentials or key_credentials)
     async with all_tenants_transaction(request) as conn:
         operator = await auth.authenticate_operator(conn, state(request).settings, credential)
     _enter(request, operator.tenant_id)
@@ -168,15 +185,11 @@ async def current_operator(
 OperatorDep = Annotated[auth.Operator, Depends(current_operator)]
 
 
-async def metrics_reader(
-    request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
-) -> None:
+async def metrics_reader(request: Request, credentials: ApiKeyCredential) -> None:
     """GET /metrics needs HERALD_METRICS_TOKEN as a bearer token, or an API key with the
     metrics:read scope: the backlog figures say how busy each channel is, which is nobody's
     business but the operator's."""
-    credential = x_api_key or _bearer(authorization)
+    credential = _bearer(credentials)
     expected = state(request).settings.metrics_token
     if expected and hmac.compare_digest(credential.encode(), expected.encode()):
         return
@@ -196,3 +209,22 @@ SecretsWriter = Annotated[auth.ApiCaller, Depends(limit_sends("secrets:write", "
 EventsSender = Annotated[auth.ApiCaller, Depends(limit_sends("events:write", "events"))]
 MetricsReader = Depends(metrics_reader)
 FeedWriter = Annotated[auth.ApiCaller, Depends(require_scope("feed:write"))]
+
+
+# Query parameters every list shares, published as what the server accepts: `limit` an integer
+# of 1..100, `unreadOnly` a boolean, `cursor` the opaque base64url text a previous page returned.
+MAX_LIMIT = 100
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
+Limit = Annotated[int | None, Query(ge=1, le=MAX_LIMIT, description="Items per page (default 20).")]
+Cursor = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=1024,
+        pattern=CURSOR_PATTERN,
+        description="The `nextCursor` of the previous page, as it was returned.",
+    ),
+]
+UnreadOnly = Annotated[bool | None, Query(alias="unreadOnly")]
+# Refused with 400 PAGINATION_REQUIRED in any spelling, so it is not published.
+Pagination = Annotated[str | None, Query(include_in_schema=False)]

@@ -6,11 +6,9 @@ the service's predicate, never by a permission check here.
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Request
 
-from fastapi import APIRouter, Query, Request
-
-from herald.auth.deps import ActorDep, transaction
+from herald.auth.deps import ActorDep, Cursor, Limit, Pagination, UnreadOnly, transaction
 from herald.centre import service
 from herald.centre.schemas import (
     NotificationPage,
@@ -26,11 +24,10 @@ router = APIRouter(prefix="/v1/me/notifications", tags=["centre"])
 async def list_notifications(
     request: Request,
     actor: ActorDep,
-    # Taken as text and validated by the service, so a bad value is a 400 with a code.
-    limit: str | None = None,
-    cursor: str | None = None,
-    unread_only: Annotated[str | None, Query(alias="unreadOnly")] = None,
-    pagination: Annotated[str | None, Query(include_in_schema=False)] = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    unread_only: UnreadOnly = None,
+    pagination: Pagination = None,
 ) -> NotificationPage:
     params = service.parse_list_params(
         limit=limit, cursor=cursor, unread_only=unread_only, pagination=pagination

@@ -51,9 +51,9 @@ class ListParams:
 
 def parse_list_params(
     *,
-    limit: str | None,
+    limit: str | int | None,
     cursor: str | None,
-    unread_only: str | None,
+    unread_only: str | bool | None,
     pagination: str | None,
 ) -> ListParams:
     """Validate the list's query string; every refusal is a 400 with its own code."""
@@ -67,7 +67,7 @@ def parse_list_params(
     )
 
 
-def _parse_limit(raw: str | None) -> int:
+def _parse_limit(raw: str | int | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
     try:
@@ -79,9 +79,11 @@ def _parse_limit(raw: str | None) -> int:
     return limit
 
 
-def _parse_flag(name: str, raw: str | None) -> bool:
+def _parse_flag(name: str, raw: str | bool | None) -> bool:
     if raw is None:
         return False
+    if isinstance(raw, bool):
+        return raw
     value = raw.strip().lower()
     if value in _TRUE:
         return True

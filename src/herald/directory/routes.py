@@ -4,13 +4,14 @@ another tenant's external ids are simply not found (404)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 
 from herald.auth.deps import DirectoryWriter, transaction
 from herald.directory import service
 from herald.directory.schemas import (
+    ROLE_CODE_PATTERN,
     GroupInput,
     GroupUpserted,
     GuardianshipPut,
@@ -44,14 +45,24 @@ StudentIdPath = Annotated[
 GuardianIdPath = Annotated[
     str, Path(alias="guardianExternalId", min_length=1, max_length=255, pattern=_KEY)
 ]
-RoleCodePath = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+RoleCodePath = Annotated[str, Path(min_length=1, max_length=64, pattern=ROLE_CODE_PATTERN)]
+
+
+def _updated(model: type[Any]) -> dict[int | str, dict[str, Any]]:
+    """A PUT answers 201 when it created the record and 200 when it replaced one."""
+    return {200: {"model": model, "description": "Updated (or revived)"}}
 
 
 def _created(response: Response, created: bool) -> None:
     response.status_code = 201 if created else 200
 
 
-@router.put("/people/{externalId}", response_model=PersonUpserted, status_code=201)
+@router.put(
+    "/people/{externalId}",
+    response_model=PersonUpserted,
+    status_code=201,
+    responses=_updated(PersonUpserted),
+)
 async def put_person(
     external_id: ExternalIdPath,
     body: PersonInput,
@@ -101,7 +112,9 @@ async def put_people(
     return PeopleBatchResult(created=result.created, updated=result.updated)
 
 
-@router.put("/roles/{code}", response_model=RoleUpserted, status_code=201)
+@router.put(
+    "/roles/{code}", response_model=RoleUpserted, status_code=201, responses=_updated(RoleUpserted)
+)
 async def put_role(
     code: RoleCodePath,
     body: RoleInput,
@@ -116,7 +129,12 @@ async def put_role(
     return RoleUpserted(id=result.id, code=code, created=result.created)
 
 
-@router.put("/groups/{externalId}", response_model=GroupUpserted, status_code=201)
+@router.put(
+    "/groups/{externalId}",
+    response_model=GroupUpserted,
+    status_code=201,
+    responses=_updated(GroupUpserted),
+)
 async def put_group(
     external_id: ExternalIdPath,
     body: GroupInput,
@@ -144,6 +162,7 @@ async def delete_group(
     "/groups/{groupExternalId}/members/{personExternalId}",
     response_model=MembershipPut,
     status_code=201,
+    responses=_updated(MembershipPut),
 )
 async def put_membership(
     group_external_id: GroupIdPath,
@@ -185,6 +204,7 @@ async def delete_membership(
     "/guardianships/{studentExternalId}/{guardianExternalId}",
     response_model=GuardianshipPut,
     status_code=201,
+    responses=_updated(GuardianshipPut),
 )
 async def put_guardianship(
     student_external_id: StudentIdPath,

@@ -16,7 +16,16 @@ import uuid
 import zoneinfo
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    WithJsonSchema,
+)
 from pydantic.alias_generators import to_camel
 
 from herald import vocabulary
@@ -28,16 +37,19 @@ MAX_PERMISSIONS = 500
 
 # Identifiers the host chooses: no control characters (NUL cannot be stored in text at all).
 _IDENTIFIER = r"^[^\x00-\x1f\x7f]+$"
+# Spelled without \s: JSON Schema (ECMA), Python and pydantic's regex engine each read \s as a
+# different set, and the published pattern must mean exactly what the server checks.
+_NO_BLANK_OR_CONTROL = r"[^\x00-\x20\x7f-\x9f]"
 
 ExternalId = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=_IDENTIFIER)]
 # Role codes travel in JWT `role` claims and audience specs: no whitespace.
-RoleCode = Annotated[
-    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f\x7f]+$")
-]
+ROLE_CODE_PATTERN = rf"^{_NO_BLANK_OR_CONTROL}+$"
+RoleCode = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=ROLE_CODE_PATTERN)]
 
 
-def _blank_to_none(value: Any) -> Any:
-    """Trim text and read an empty string as absent: hosts often send "" for "no email"."""
+def _empty_to_none(value: Any) -> Any:
+    """Read an empty (or blank) string as absent: hosts often send "" for "no email". Runs after
+    the published constraints, which admit "", so the schema says what the server accepts."""
     if isinstance(value, str):
         value = value.strip()
         return value or None
@@ -45,56 +57,102 @@ def _blank_to_none(value: Any) -> Any:
 
 
 @functools.cache
-def _zones() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones())
+def _zones() -> tuple[str, ...]:
+    return tuple(sorted(zoneinfo.available_timezones()))
 
 
-def _timezone(value: Any) -> Any:
-    value = _blank_to_none(value)
-    if isinstance(value, str) and value not in _zones():
-        raise ValueError(f"{value!r} is not an IANA time zone name (e.g. Asia/Kathmandu)")
-    return value
-
-
-def _country(value: Any) -> Any:
-    value = _blank_to_none(value)
+def _upper(value: Any) -> Any:
     return value.upper() if isinstance(value, str) else value
-
-
-def _chat_id(value: Any) -> Any:
-    # Telegram chat ids are integers; hosts send them as numbers or strings.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return _blank_to_none(value)
 
 
 def _dedupe(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
+def _timezone(value: str) -> str | None:
+    if value == "":
+        return None
+    if value not in _zones():
+        raise ValueError(f"{value!r} is not an IANA time zone name (e.g. Asia/Kathmandu)")
+    return value
+
+
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
-# Optional text: the BeforeValidator cleans the raw value, then the inner constraints apply.
-Name = Annotated[
-    Annotated[str, StringConstraints(max_length=200, pattern=_PRINTABLE)] | None,
-    BeforeValidator(_blank_to_none),
-]
-Email = Annotated[
-    Annotated[str, StringConstraints(max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")] | None,
-    BeforeValidator(_blank_to_none),
-]
-Phone = Annotated[
-    Annotated[str, StringConstraints(max_length=32, pattern=r"^[0-9+()\-. /]+$")] | None,
-    BeforeValidator(_blank_to_none),
-]
-Timezone = Annotated[str | None, BeforeValidator(_timezone)]
-Country = Annotated[
-    Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")] | None, BeforeValidator(_country)
-]
+# Optional text: the constraints apply to the value as sent; "" (or blank) then means absent.
+Name = (
+    Annotated[
+        str, StringConstraints(max_length=200, pattern=_PRINTABLE), AfterValidator(_empty_to_none)
+    ]
+    | None
+)
+Email = (
+    Annotated[
+        str,
+        StringConstraints(
+            max_length=320,
+            pattern=r"^(?:[^@\x00-\x20\x7f-\x9f]+@[^@\x00-\x20\x7f-\x9f]+)?$",
+        ),
+        AfterValidator(_empty_to_none),
+    ]
+    | None
+)
+Phone = (
+    Annotated[
+        str,
+        StringConstraints(max_length=32, pattern=r"^[0-9+()\-. /]*$"),
+        AfterValidator(_empty_to_none),
+    ]
+    | None
+)
+# An IANA zone name (the server's tz database, published as the enum), or "" for none.
+Timezone = (
+    Annotated[
+        str,
+        WithJsonSchema({"type": "string", "enum": ["", *_zones()]}),
+        AfterValidator(_timezone),
+    ]
+    | None
+)
+Country = (
+    Annotated[
+        str,
+        StringConstraints(pattern=r"^(?:[A-Za-z]{2})?$"),
+        AfterValidator(_empty_to_none),
+        AfterValidator(_upper),
+    ]
+    | None
+)
+# Telegram chat ids are integers (hosts send them as numbers or strings) or a @channel name.
+_CHAT_ID_PATTERN = r"^(?:-?[0-9]{1,20}|@[A-Za-z0-9_]{4,64})?$"
+# Telegram's ids fit in 52 bits; 2**53 keeps the bound exact where JSON numbers are doubles.
+_CHAT_ID_LIMIT = 2**53 - 1
+
+
+def _chat_id(value: Any) -> Any:
+    # An integer in range becomes its text; anything else is left for the string check to refuse.
+    if type(value) is int and -_CHAT_ID_LIMIT <= value <= _CHAT_ID_LIMIT:
+        return str(value)
+    return value
+
+
 TelegramChatId = Annotated[
-    Annotated[str, StringConstraints(max_length=64, pattern=r"^(?:-?[0-9]+|@[A-Za-z0-9_]{4,64})$")]
+    Annotated[
+        str,
+        StringConstraints(max_length=64, pattern=_CHAT_ID_PATTERN),
+        AfterValidator(_empty_to_none),
+    ]
     | None,
     BeforeValidator(_chat_id),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": 64, "pattern": _CHAT_ID_PATTERN},
+                {"type": "integer", "minimum": -_CHAT_ID_LIMIT, "maximum": _CHAT_ID_LIMIT},
+                {"type": "null"},
+            ]
+        }
+    ),
 ]
 Locale = Annotated[
     str, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
@@ -149,7 +207,7 @@ class RoleInput(_Model):
         list[Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_IDENTIFIER)]],
         Field(max_length=MAX_PERMISSIONS),
     ] = Field(default_factory=list)
-    superadmin: bool = False
+    superadmin: StrictBool = False
 
     def permission_list(self) -> list[str]:
         return _dedupe(self.permissions)

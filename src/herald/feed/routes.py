@@ -7,11 +7,19 @@ visibility predicate (herald.feed.queries.visible_to) is their only access contr
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Final
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 
-from herald.auth.deps import FeedWriter, OperatorDep, transaction
+from herald.auth.deps import (
+    Cursor,
+    FeedWriter,
+    Limit,
+    OperatorDep,
+    Pagination,
+    UnreadOnly,
+    transaction,
+)
 from herald.feed import service
 from herald.feed.schemas import (
     FeedPage,
@@ -59,11 +67,10 @@ async def publish(body: FeedPublish, request: Request, caller: FeedWriter) -> Fe
 async def list_feed(
     request: Request,
     operator: OperatorDep,
-    # Taken as text and validated by the service, so a bad value is a 400 with a code.
-    limit: str | None = None,
-    cursor: str | None = None,
-    unread_only: Annotated[str | None, Query(alias="unreadOnly")] = None,
-    pagination: Annotated[str | None, Query(include_in_schema=False)] = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    unread_only: UnreadOnly = None,
+    pagination: Pagination = None,
 ) -> FeedPage:
     params = service.parse_list_params(
         limit=limit, cursor=cursor, unread_only=unread_only, pagination=pagination

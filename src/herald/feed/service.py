@@ -203,9 +203,9 @@ def _reader(operator: Operator) -> int:
 
 def parse_list_params(
     *,
-    limit: str | None,
+    limit: str | int | None,
     cursor: str | None,
-    unread_only: str | None,
+    unread_only: str | bool | None,
     pagination: str | None,
 ) -> ListParams:
     """The centre's list rules, so both lists refuse alike: pagination=false is a 400

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+from herald.vocabulary import CATEGORIES, CHANNELS
 
 # The set version is an integer column and a save writes version + 1.
 MAX_VERSION = 2**31 - 2
@@ -20,6 +22,17 @@ MAX_VERSION = 2**31 - 2
 MAX_OVERRIDES = 500
 MAX_CHANNELS = 20
 _Name = Annotated[str, Field(min_length=1, max_length=64)]
+# Names are checked by the service (an unknown one is 400 NOTIFICATION_PREFERENCE_INVALID) and
+# published as the enums they must be.
+_Channel = Annotated[_Name, WithJsonSchema({"type": "string", "enum": list(CHANNELS)})]
+_Category = Annotated[_Name, WithJsonSchema({"type": "string", "enum": list(CATEGORIES)})]
+
+
+def _whole_number(value: object) -> object:
+    # JSON Schema counts 3.0 as an integer; strict mode alone would refuse it.
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
 
 
 class _Model(BaseModel):
@@ -35,8 +48,8 @@ class CategoryPreferences(_Model):
 
 
 class PreferenceOverride(_Model):
-    category: _Name
-    channel: _Name
+    category: _Category
+    channel: _Channel
     enabled: StrictBool
 
 
@@ -56,9 +69,11 @@ class PreferencesUpdate(_Model):
     """The whole set, replacing what is stored. A channel or cell left out means its default."""
 
     # The version the client read: 0 when it read none.
-    version: Annotated[int, Field(strict=True, ge=0, le=MAX_VERSION)]
+    version: Annotated[
+        int, Field(strict=True, ge=0, le=MAX_VERSION), BeforeValidator(_whole_number)
+    ]
     # Global switches: false mutes the channel; true (or absent) means "not muted".
-    channels: dict[_Name, StrictBool] = Field(default_factory=dict, max_length=MAX_CHANNELS)
+    channels: dict[_Channel, StrictBool] = Field(default_factory=dict, max_length=MAX_CHANNELS)
     overrides: list[PreferenceOverride] = Field(default_factory=list, max_length=MAX_OVERRIDES)
 
 

@@ -15,7 +15,19 @@ from herald.sending.schemas import EventCancelled, EventCreate, EventCreated, Ev
 router = APIRouter(prefix="/v1/events", tags=["events"])
 
 
-@router.post("", response_model=EventCreated, status_code=201, response_model_by_alias=True)
+@router.post(
+    "",
+    response_model=EventCreated,
+    status_code=201,
+    response_model_by_alias=True,
+    responses={
+        200: {
+            "model": EventCreated,
+            "description": "Folded into an event already recorded (same Idempotency-Key, or a "
+            "kind that collapses)",
+        }
+    },
+)
 async def create_event(
     body: EventCreate,
     request: Request,

@@ -7,14 +7,13 @@ an empty page for the list, 404 for ids.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 
 from herald.admin.dead_letters import service
 from herald.admin.dead_letters.schemas import DeadLetterPage, ReplayResult
 from herald.admin.history import service as history
-from herald.auth.deps import OperatorDep, transaction
+from herald.auth.deps import Cursor, Limit, OperatorDep, Pagination, transaction
+from herald.vocabulary import Channel
 
 router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
 
@@ -23,13 +22,12 @@ router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
 async def list_dead_letters(
     request: Request,
     operator: OperatorDep,
-    channel: str | None = None,
-    limit: str | None = None,
-    cursor: str | None = None,
-    pagination: Annotated[str | None, Query(include_in_schema=False)] = None,
+    channel: Channel | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    pagination: Pagination = None,
 ) -> DeadLetterPage:
     page = history.parse_page(limit=limit, cursor=cursor, pagination=pagination)
-    channel = service.parse_channel(channel)
     async with transaction(request) as conn:
         return await service.list_dead_letters(conn, operator, page, channel=channel)
 

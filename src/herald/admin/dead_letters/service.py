@@ -19,7 +19,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald import vocabulary
 from herald.admin.dead_letters import queries
 from herald.admin.dead_letters.schemas import DeadLetterItem, DeadLetterPage, ReplayResult
 from herald.admin.history import service as history
@@ -27,18 +26,9 @@ from herald.admin.history.service import PageParams
 from herald.audit.service import record_audit
 from herald.auth.service import Operator
 from herald.delivery import service as delivery
-from herald.errors import ValidationFailed
 
 READ = "NotificationFailure_READ"
 REPLAY = "NotificationFailure_UPDATE"
-
-
-def parse_channel(channel: str | None) -> str | None:
-    """A channel name or nothing. Any channel is accepted; the allowlist still applies on top, so
-    naming one outside it (in_app) gives an empty list, never a wider one (R-DLQ-10)."""
-    if channel is not None and channel not in vocabulary.CHANNELS:
-        raise ValidationFailed(f"channel must be one of {', '.join(vocabulary.CHANNELS)}")
-    return channel
 
 
 def _uuid_or_none(raw: Any) -> uuid.UUID | None:

@@ -10,27 +10,30 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from pydantic import AwareDatetime
 
+from herald import vocabulary
 from herald.admin.history import service
 from herald.admin.history.schemas import DeliveryPage, EventCancelled, HistoryEvent, HistoryPage
-from herald.auth.deps import OperatorDep, transaction
+from herald.auth.deps import Cursor, Limit, OperatorDep, Pagination, transaction
 
 router = APIRouter(prefix="/v1/admin/events", tags=["admin"])
+
+KindFilter = Annotated[str | None, Query(pattern=service.KIND_FILTER_PATTERN)]
 
 
 @router.get("", response_model=HistoryPage)
 async def list_history(
     request: Request,
     operator: OperatorDep,
-    # Taken as text and validated by the service, so a bad value is a 400 with a code.
-    kind: str | None = None,
-    category: str | None = None,
-    status: str | None = None,
-    occurred_from: Annotated[str | None, Query(alias="from")] = None,
-    occurred_to: Annotated[str | None, Query(alias="to")] = None,
-    limit: str | None = None,
-    cursor: str | None = None,
-    pagination: Annotated[str | None, Query(include_in_schema=False)] = None,
+    kind: KindFilter = None,
+    category: vocabulary.Category | None = None,
+    status: vocabulary.EventState | None = None,
+    occurred_from: Annotated[AwareDatetime | None, Query(alias="from")] = None,
+    occurred_to: Annotated[AwareDatetime | None, Query(alias="to")] = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    pagination: Pagination = None,
 ) -> HistoryPage:
     page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
     filters = service.parse_event_filters(
@@ -55,14 +58,13 @@ async def list_event_deliveries(
     request: Request,
     operator: OperatorDep,
     event_id: str,
-    channel: str | None = None,
-    status: str | None = None,
-    limit: str | None = None,
-    cursor: str | None = None,
-    pagination: Annotated[str | None, Query(include_in_schema=False)] = None,
+    channel: vocabulary.Channel | None = None,
+    status: vocabulary.DeliveryStatus | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    pagination: Pagination = None,
 ) -> DeliveryPage:
     page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
-    channel, status = service.parse_delivery_filters(channel=channel, status=status)
     async with transaction(request) as conn:
         return await service.list_event_deliveries(
             conn, operator, event_id, page, channel=channel, status=status

@@ -11,6 +11,7 @@ Everything is read fresh from the database on every request: there is no cache (
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ UPDATE = "NotificationHistory_UPDATE"
 FAILED_STATUSES = ("failed", "dead")
 UNCONFIGURED_STATUS = "skipped_unconfigured"
 MAX_KIND_LENGTH = 200
+# A kind filter: 1 to 200 characters, none of them a control character (the route publishes it).
+KIND_FILTER_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]{1,200}$"
+KIND_FILTER = re.compile(KIND_FILTER_PATTERN)
 _PAGINATION_ON = ("true", "1")
 
 
@@ -52,7 +56,9 @@ class PageParams:
     after: tuple[datetime, int] | None
 
 
-def parse_page(*, limit: str | None, cursor: str | None, pagination: str | None) -> PageParams:
+def parse_page(
+    *, limit: str | int | None, cursor: str | None, pagination: str | None
+) -> PageParams:
     """Paging parameters of every admin list: `pagination=false` is refused (R-ADMIN-9), `limit`
     is 1..100 (default 20) and `cursor` is an opaque keyset position. The limit and cursor rules
     are the centre's, reused so every list in Herald refuses the same things the same way."""
@@ -72,11 +78,11 @@ def parse_event_filters(
     kind: str | None,
     category: str | None,
     status: str | None,
-    occurred_from: str | None,
-    occurred_to: str | None,
+    occurred_from: str | datetime | None,
+    occurred_to: str | datetime | None,
 ) -> EventFilters:
     """Validate the history filters; every refusal is a 400 with a code."""
-    if kind is not None and (not 1 <= len(kind) <= MAX_KIND_LENGTH or not kind.isprintable()):
+    if kind is not None and not KIND_FILTER.match(kind):
         raise ValidationFailed(f"kind must be 1 to {MAX_KIND_LENGTH} printable characters")
     if category is not None and category not in vocabulary.CATEGORIES:
         raise ValidationFailed(f"category must be one of {', '.join(vocabulary.CATEGORIES)}")
@@ -91,9 +97,13 @@ def parse_event_filters(
     )
 
 
-def _parse_moment(name: str, raw: str | None) -> datetime | None:
+def _parse_moment(name: str, raw: str | datetime | None) -> datetime | None:
     if raw is None:
         return None
+    if isinstance(raw, datetime):
+        if raw.tzinfo is None:
+            raise ValidationFailed(f"{name} must carry a time zone")
+        return raw
     try:
         moment = datetime.fromisoformat(raw.strip())
     except ValueError:
@@ -101,16 +111,6 @@ def _parse_moment(name: str, raw: str | None) -> datetime | None:
     if moment.tzinfo is None:
         raise ValidationFailed(f"{name} must carry a time zone")
     return moment
-
-
-def parse_delivery_filters(
-    *, channel: str | None, status: str | None
-) -> tuple[str | None, str | None]:
-    if channel is not None and channel not in vocabulary.CHANNELS:
-        raise ValidationFailed(f"channel must be one of {', '.join(vocabulary.CHANNELS)}")
-    if status is not None and status not in vocabulary.DELIVERY_STATUSES:
-        raise ValidationFailed(f"status must be one of {', '.join(vocabulary.DELIVERY_STATUSES)}")
-    return channel, status
 
 
 def _event_id(raw: str) -> uuid.UUID:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response, status
 
+from herald import vocabulary
 from herald.admin.templates import service
 from herald.admin.templates.schemas import (
     KindPage,
@@ -23,24 +24,23 @@ from herald.admin.templates.schemas import (
     TemplateUpdate,
     TemplateVersionPage,
 )
-from herald.auth.deps import OperatorDep, state, transaction
+from herald.auth.deps import Cursor, Limit, OperatorDep, Pagination, state, transaction
 
 router = APIRouter(prefix="/v1/admin/templates", tags=["admin: templates"])
-
-# Taken as text and validated by the service, so a bad value is a 400 with a code.
-Pagination = Annotated[str | None, Query(include_in_schema=False)]
 
 
 @router.get("", response_model=TemplatePage)
 async def list_templates(
     request: Request,
     operator: OperatorDep,
-    kind: str | None = None,
-    channel: str | None = None,
-    locale: str | None = None,
-    status_: Annotated[str | None, Query(alias="status")] = None,
-    limit: str | None = None,
-    cursor: str | None = None,
+    kind: Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00]+$")] = None,
+    channel: vocabulary.Channel | None = None,
+    locale: Annotated[
+        str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00]+$")
+    ] = None,
+    status_: Annotated[vocabulary.TemplateStatus | None, Query(alias="status")] = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> TemplatePage:
     page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
@@ -53,8 +53,8 @@ async def list_templates(
 async def list_kinds(
     request: Request,
     operator: OperatorDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> KindPage:
     page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
@@ -112,7 +112,10 @@ async def archive_template(
 
 @router.delete("/{template_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_template(
-    request: Request, operator: OperatorDep, template_id: str, version: str | None = None
+    request: Request,
+    operator: OperatorDep,
+    template_id: str,
+    version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> Response:
     expected = service.parse_version(version)
     async with transaction(request) as conn:
@@ -125,8 +128,8 @@ async def list_versions(
     request: Request,
     operator: OperatorDep,
     template_id: str,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> TemplateVersionPage:
     page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)

@@ -125,7 +125,7 @@ class TemplateFilter:
     status: str | None = None
 
 
-def parse_page(*, limit: str | None, cursor: str | None, pagination: str | None) -> Page:
+def parse_page(*, limit: str | int | None, cursor: str | None, pagination: str | None) -> Page:
     """R-ADMIN-9: lists are always paged; `pagination=…` in any spelling is refused."""
     if pagination is not None:
         raise PaginationRequired("admin lists are paged; pagination cannot be disabled")
@@ -153,7 +153,7 @@ def parse_filter(
     return TemplateFilter(kind=kind, channel=channel, locale=locale, status=status)
 
 
-def parse_version(raw: str | None) -> int | None:
+def parse_version(raw: str | int | None) -> int | None:
     if raw is None:
         return None
     try:
