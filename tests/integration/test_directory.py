@@ -174,7 +174,7 @@ async def test_unknown_role_is_400_and_writes_nothing(
     answer = await client.put(
         "/v1/people/p-new", json={"fullName": "N", "roles": ["teacher", "wizard"]}, headers=auth
     )
-    assert answer.status_code == 400
+    assert answer.status_code == 409
     assert error_code(answer) == "DIRECTORY_ROLE_UNKNOWN"
     assert "wizard" in answer.json()["error"]["message"]
     assert await person_rows(engine, tenant) == []
@@ -307,7 +307,7 @@ async def test_batch_of_1000_is_accepted_and_1001_refused(
 @pytest.mark.parametrize(
     ("bad_row", "status", "code"),
     [
-        ({"roles": ["wizard"]}, 400, "DIRECTORY_ROLE_UNKNOWN"),
+        ({"roles": ["wizard"]}, 409, "DIRECTORY_ROLE_UNKNOWN"),
         ({"status": "gone"}, 422, "REQUEST_MALFORMED"),
         ({"externalId": "b-0000"}, 400, "DIRECTORY_BATCH_DUPLICATE"),
     ],
@@ -501,7 +501,7 @@ async def test_guardianship_refusals(client: AsyncClient, auth: Headers) -> None
     await client.put("/v1/people/g-1", json={}, headers=auth)
 
     answer = await client.put("/v1/guardianships/s-1/s-1", headers=auth)
-    assert (answer.status_code, error_code(answer)) == (400, "DIRECTORY_GUARDIANSHIP_SELF")
+    assert (answer.status_code, error_code(answer)) == (409, "DIRECTORY_GUARDIANSHIP_SELF")
     answer = await client.put("/v1/guardianships/s-1/nobody", headers=auth)
     assert (answer.status_code, error_code(answer)) == (404, "PERSON_NOT_FOUND")
     answer = await client.delete("/v1/guardianships/s-1/g-1", headers=auth)
@@ -570,7 +570,7 @@ async def test_tenants_are_isolated(
     assert (answer.status_code, error_code(answer)) == (404, "PERSON_NOT_FOUND")
     # Role codes are per tenant too.
     answer = await client.put("/v1/people/x", json={"roles": ["teacher"]}, headers=theirs)
-    assert (answer.status_code, error_code(answer)) == (400, "DIRECTORY_ROLE_UNKNOWN")
+    assert (answer.status_code, error_code(answer)) == (409, "DIRECTORY_ROLE_UNKNOWN")
 
     # The same external id in the other tenant is a different person.
     same_id = await client.put("/v1/people/p-1", json={"fullName": "Theirs"}, headers=theirs)

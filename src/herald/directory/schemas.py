@@ -131,6 +131,8 @@ _CHAT_ID_LIMIT = 2**53 - 1
 
 def _chat_id(value: Any) -> Any:
     # An integer in range becomes its text; anything else is left for the string check to refuse.
+    if type(value) is float and value.is_integer():  # JSON Schema counts 5.0 as an integer
+        value = int(value)
     if type(value) is int and -_CHAT_ID_LIMIT <= value <= _CHAT_ID_LIMIT:
         return str(value)
     return value
