@@ -166,7 +166,7 @@ async def test_roles_are_replaced(
     assert await role_codes_of(engine, tenant, "p-1") == set()
 
 
-async def test_unknown_role_is_400_and_writes_nothing(
+async def test_unknown_role_is_409_and_writes_nothing(
     client: AsyncClient, engine: AsyncEngine, tenant: str, auth: Headers
 ) -> None:
     """An unknown role code refuses the whole PUT: no new person, no change to an existing one."""
@@ -183,7 +183,7 @@ async def test_unknown_role_is_400_and_writes_nothing(
     answer = await client.put(
         "/v1/people/p-1", json={"fullName": "New", "roles": ["wizard"]}, headers=auth
     )
-    assert answer.status_code == 400
+    assert answer.status_code == 409
     (row,) = await person_rows(engine, tenant)
     assert row.full_name == "Old"
     assert await role_codes_of(engine, tenant, "p-1") == {"teacher"}
