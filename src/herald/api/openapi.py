@@ -95,17 +95,149 @@ def _publish_registry(schemas: dict[str, Any], registry: Registry) -> None:
         properties = schemas.get(model, {}).get("properties", {})
         if "kind" in properties:
             properties["kind"] = {"type": "string", "enum": kinds, "title": "Kind"}
-    channels = schemas.get("EventCreate", {}).get("properties", {}).get("channels")
-    if channels is not None:
-        channels["anyOf"] = [
-            {
+    event = schemas.get("EventCreate")
+    if event is not None:
+        schemas["EventCreate"] = event_schema(event, registry)
+
+
+# What the send path accepts, stated in JSON Schema so a client (and a fuzzer) can build a valid
+# event from the document alone. The server's checks (herald.sending, herald.audience) and this
+# schema say the same thing; tests/unit/test_openapi.py holds them together.
+_NO_NUL = "^[^\\x00]*$"
+_ID = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_NUL}
+
+
+def _id_list(cap: int | None) -> dict[str, Any]:
+    listed: dict[str, Any] = {"type": "array", "items": _ID}
+    if cap is not None:
+        listed["maxItems"] = cap
+    return listed
+
+
+def audience_schemas() -> dict[str, dict[str, Any]]:
+    """One schema per audience kind but compound (herald.audience.service.validate_audience)."""
+    shapes: dict[str, dict[str, Any]] = {}
+    lists = {
+        "users": "userIds",
+        "role": "roles",
+        "group": "groupIds",
+        "guardians_of_group": "groupIds",
+        "guardians_of_users": "userIds",
+    }
+    for kind, key in lists.items():
+        cap = (
+            vocabulary.MAX_EXPLICIT_RECIPIENTS
+            if kind in vocabulary.EXPLICIT_AUDIENCE_KINDS
+            else None
+        )
+        shapes[kind] = {
+            "type": "object",
+            "properties": {"kind": {"const": kind}, key: _id_list(cap)},
+            "required": ["kind", key],
+            "additionalProperties": False,
+        }
+    shapes["all_users"] = {
+        "type": "object",
+        "properties": {"kind": {"const": "all_users"}},
+        "required": ["kind"],
+        "additionalProperties": False,
+    }
+    filters: dict[str, Any] = {
+        "statuses": {"type": "array", "items": {"enum": list(vocabulary.PERSON_STATUSES)}},
+        "locales": _id_list(None),
+        "countries": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[A-Za-z]{2}$"},
+        },
+        "seenWithinDays": {"type": "integer", "minimum": 1, "maximum": 365},
+    }
+    shapes["segment"] = {
+        "type": "object",
+        "properties": {"kind": {"const": "segment"}, **filters},
+        "required": ["kind"],
+        "anyOf": [{"required": [name]} for name in filters],
+        "additionalProperties": False,
+    }
+    return shapes
+
+
+def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
+    """EventCreate as one variant per kind: its channels, its declared variables (all required,
+    nothing else), and for a kind that carries a secret, a secretRef to one person on one channel."""
+    shapes = audience_schemas()
+    compound = {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "compound"},
+            "any": {
                 "type": "array",
-                "items": {"type": "string", "enum": list(vocabulary.CHANNELS)},
+                "items": {"oneOf": list(shapes.values())},
                 "minItems": 1,
-                "maxItems": len(vocabulary.CHANNELS),
+                "maxItems": vocabulary.MAX_COMPOUND_MEMBERS,
             },
-            {"type": "null"},
-        ]
+        },
+        "required": ["kind", "any"],
+        "additionalProperties": False,
+    }
+    audience = {"oneOf": [*shapes.values(), compound]}
+    common = {
+        name: schema
+        for name, schema in base.get("properties", {}).items()
+        if name in ("actionUrl", "scheduledFor")
+    }
+    variants = []
+    for kind in sorted(registry, key=lambda k: k.name):
+        variables: dict[str, Any] = {
+            name: {"type": ["string", "number"], "maxLength": 10_000, "pattern": _NO_NUL}
+            for name in kind.variables
+        }
+        required = list(kind.variables)
+        # Repeats are dropped by the server, so the schema allows them; null means the kind's own.
+        channels: dict[str, Any] = {
+            "anyOf": [
+                {"type": "array", "items": {"enum": list(kind.channels)}, "minItems": 1},
+                {"type": "null"},
+            ]
+        }
+        kind_audience: dict[str, Any] = audience
+        needs = ["kind", "audience"]
+        if kind.secret_variables:
+            variables["secretRef"] = {
+                "type": "string",
+                "pattern": "^[a-z][a-z0-9_]{0,63}:[A-Za-z0-9._~-]{1,200}$",
+            }
+            required.append("secretRef")
+            # One person on one channel: the schema says "users"; "exactly one distinct id, one
+            # distinct channel" it cannot say, and the server answers 400 for more.
+            one = {**shapes["users"]}
+            one["properties"] = {**one["properties"], "userIds": {**_id_list(None), "minItems": 1}}
+            kind_audience = one
+            if len(kind.channels) > 1:
+                needs.append("channels")
+        properties: dict[str, Any] = {
+            "kind": {"const": kind.name},
+            "audience": kind_audience,
+            "channels": channels,
+            "variables": {
+                "type": "object",
+                "properties": variables,
+                "required": required,
+                "additionalProperties": False,
+            },
+            **common,
+        }
+        if required:
+            needs.append("variables")
+        variants.append(
+            {
+                "title": f"EventCreate ({kind.name})",
+                "type": "object",
+                "properties": properties,
+                "required": needs,
+                "additionalProperties": False,
+            }
+        )
+    return {"title": "EventCreate", "oneOf": variants}
 
 
 def leaf_routes(app: FastAPI) -> Iterator[Any]:
