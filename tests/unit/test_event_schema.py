@@ -119,3 +119,18 @@ def test_what_the_schema_refuses_the_server_refuses(kind: Kind) -> None:
         if VALID.is_valid(body):
             continue  # e.g. "a variable missing" for a kind whose only value is its secretRef
         assert not server_accepts(body), (kind.name, name)
+
+
+def test_the_channel_list_cap_is_published() -> None:
+    """Issue 17: EventCreate refuses more than ten channel names (repeats included), and the
+    schema says so, so a fuzzer's fifteen repeats are schema-invalid, not a rejected valid body."""
+    from herald.sending.schemas import EventCreate
+
+    kind = next(k for k in KINDS if not k.secret_variables)
+    body = example(kind)
+    body["channels"] = [kind.channels[0]] * 10
+    assert VALID.is_valid(body) and server_accepts(body)
+    body["channels"] = [kind.channels[0]] * 11
+    assert not VALID.is_valid(body)
+    cap = EventCreate.model_fields["channels"].metadata
+    assert any(getattr(m, "max_length", None) == 10 for m in cap)

@@ -104,6 +104,8 @@ def _publish_registry(schemas: dict[str, Any], registry: Registry) -> None:
 # event from the document alone. The server's checks (herald.sending, herald.audience) and this
 # schema say the same thing; tests/unit/test_openapi.py holds them together.
 _NO_NUL = "^[^\\x00]*$"
+# EventCreate.channels' own cap (a list of at most this many names, repeats included).
+MAX_CHANNELS = 10
 _ID = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_NUL}
 
 
@@ -195,7 +197,12 @@ def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
         # Repeats are dropped by the server, so the schema allows them; null means the kind's own.
         channels: dict[str, Any] = {
             "anyOf": [
-                {"type": "array", "items": {"enum": list(kind.channels)}, "minItems": 1},
+                {
+                    "type": "array",
+                    "items": {"enum": list(kind.channels)},
+                    "minItems": 1,
+                    "maxItems": MAX_CHANNELS,
+                },
                 {"type": "null"},
             ]
         }
