@@ -139,3 +139,12 @@ class RateLimits:
         client: Any = getattr(getattr(self._storage, "bridge", None), "storage", None)
         if client is not None:
             await client.aclose()
+
+
+async def enforce(
+    limiter: RateLimits, item: limits.RateLimitItem | None, *identifiers: str
+) -> None:
+    """`limiter.check(item, *identifiers)`: one hit, or 429 RATE_LIMITED with Retry-After. A module
+    function taking the limiter as a typed parameter, so the routes' error declarations
+    (herald.api.raises) see the RateLimited it can raise."""
+    await limiter.check(item, *identifiers)

@@ -22,7 +22,7 @@ from herald.config import Settings
 from herald.db import tenancy
 from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
-from herald.ratelimit import RateLimits, parse_limit
+from herald.ratelimit import RateLimits, enforce, parse_limit
 from herald.realtime.hub import RealtimeHub
 from herald.secrets.vault import Vault
 
@@ -140,11 +140,15 @@ def limit_sends(scope: str, route: str) -> Callable[..., Awaitable[auth.ApiCalle
         app_state = state(request)
         settings = app_state.settings
         limiter = app_state.rate_limits
-        await limiter.check(
-            parse_limit(settings.rate_limit_send_per_key), route, "key", caller.key_id
+        await enforce(
+            limiter, parse_limit(settings.rate_limit_send_per_key), route, "key", caller.key_id
         )
-        await limiter.check(
-            parse_limit(settings.rate_limit_send_per_tenant), route, "tenant", caller.tenant_id
+        await enforce(
+            limiter,
+            parse_limit(settings.rate_limit_send_per_tenant),
+            route,
+            "tenant",
+            caller.tenant_id,
         )
         return caller
 
@@ -158,7 +162,8 @@ async def current_actor(request: Request, credentials: JwtCredential) -> auth.Ac
     async with all_tenants_transaction(request) as conn:
         actor = await auth.authenticate_actor(conn, app_state.settings, token)
     _enter(request, actor.tenant_id)
-    await app_state.rate_limits.check(
+    await enforce(
+        app_state.rate_limits,
         parse_limit(app_state.settings.rate_limit_per_person),
         "person",
         actor.tenant_id,
