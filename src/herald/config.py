@@ -132,6 +132,18 @@ class Settings(BaseSettings):
     # late; older ones are recorded as `missed`, never flooded out.
     reminder_max_lateness_minutes: int = Field(default=60, ge=1, le=10_080)
 
+    # Observability (issue 14; README "Operating Herald").
+    # One JSON object a line, or text for a person; unset: json, except under `herald dev`.
+    log_format: Literal["json", "text"] | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Where every Herald process on this host keeps its counters and histograms (Prometheus
+    # multiprocess mode), so any API process's /metrics reports all of them. Unset: <data_dir>/metrics.
+    metrics_dir: Path | None = None
+    # A worker or scheduler also serves its own /metrics on this port (a host with no API process).
+    metrics_port: int | None = Field(default=None, ge=1, le=65_535)
+    # Tracing is off unless an OTLP endpoint is set here or in OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT.
+    otel_exporter_otlp_endpoint: str | None = None
+
     @field_validator("required_channels")
     @classmethod
     def _known_channels(cls, value: str) -> str:

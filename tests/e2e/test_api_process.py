@@ -16,7 +16,10 @@ def test_api_process_answers_health_and_docs(api_url: str) -> None:
     with httpx.Client(base_url=api_url, timeout=10) as http:
         assert http.get("/healthz").json() == {"status": "ok"}
         # /readyz runs a statement, so it proves the process reached its database.
-        assert http.get("/readyz").json() == {"status": "ready", "checks": {"database": "ok"}}
+        assert http.get("/readyz").json() == {
+            "status": "ready",
+            "checks": {"database": "ok", "migrations": "ok"},
+        }
         docs = http.get("/docs")
         assert docs.status_code == 200
         assert "swagger" in docs.text.lower()

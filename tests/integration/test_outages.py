@@ -107,7 +107,10 @@ async def test_api_answers_503_in_its_envelope_while_the_database_is_down_and_re
     api = {"Authorization": f"Bearer {key}"}
     app = create_app(settings, proxied_engine, registry)
     async with AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test") as http:
-        assert (await http.get("/readyz")).json()["checks"] == {"database": "ok"}
+        assert (await http.get("/readyz")).json()["checks"] == {
+            "database": "ok",
+            "migrations": "ok",
+        }
         assert (await http.get("/v1/me/notifications", headers=me)).status_code == 200
 
         proxy.cut()
@@ -164,6 +167,7 @@ async def test_readyz_names_a_frozen_redis(
         ) as http:
             assert (await http.get("/readyz")).json()["checks"] == {
                 "database": "ok",
+                "migrations": "ok",
                 "redis": "ok",
             }
             server.freeze()

@@ -34,6 +34,7 @@ from herald.errors import (
 )
 from herald.kinds import Registry
 from herald.ratelimit import RateLimits
+from herald.observability.http import ObservabilityMiddleware
 from herald.realtime.hub import RealtimeHub, build_hub
 from herald.runtime import outages
 from herald.secrets.vault import Vault, build_vault
@@ -54,7 +55,11 @@ def unavailable_response(error: ServiceUnavailable, **extra: Any) -> JSONRespons
 
 
 def outage_error(dependency: str) -> ServiceUnavailable:
-    return DatabaseUnavailable() if dependency == outages.DATABASE else RedisUnavailable()
+    if dependency == outages.DATABASE:
+        return DatabaseUnavailable()
+    if dependency == outages.REDIS:
+        return RedisUnavailable()
+    return ServiceUnavailable()  # e.g. "migrations": the schema is behind the code
 
 
 def create_app(
@@ -89,6 +94,8 @@ def create_app(
     )
 
     _note_database_recoveries(engine)
+    # Request id, request log line, latency histogram and server span (herald.observability).
+    app.add_middleware(ObservabilityMiddleware)
 
     @app.exception_handler(HeraldError)
     async def herald_error(_: Request, exc: HeraldError) -> JSONResponse:
@@ -164,8 +171,8 @@ def create_app(
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz(request: Request) -> JSONResponse:
-        """Ready when every dependency answers within a second or two; else 503 naming each one
-        that does not."""
+        """Ready when every dependency answers within a second or two and the schema is at the
+        code's migration head; else 503 naming each check that fails."""
         herald_state: AppState = request.app.state.herald
         checks = await health.check(herald_state.engine, herald_state.vault)
         down = [name for name, result in checks.items() if result != "ok"]

@@ -1,9 +1,10 @@
-"""Readiness: does each dependency answer, quickly?"""
+"""Readiness: does each dependency answer, quickly, and is the schema the one the code expects?"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import text
@@ -20,14 +21,62 @@ async def ping(conn: AsyncConnection) -> None:
     await conn.execute(text("SELECT 1"))
 
 
+MIGRATIONS = "migrations"
+
+
+@lru_cache(maxsize=1)
+def code_heads() -> frozenset[str]:
+    """The head revision(s) of the migrations shipped with this code."""
+    from alembic.script import ScriptDirectory
+
+    from herald.db.migrate import MIGRATIONS as SCRIPTS
+
+    return frozenset(ScriptDirectory(str(SCRIPTS)).get_heads())
+
+
+@lru_cache(maxsize=1)
+def _known_revisions() -> frozenset[str]:
+    from alembic.script import ScriptDirectory
+
+    from herald.db.migrate import MIGRATIONS as SCRIPTS
+
+    return frozenset(s.revision for s in ScriptDirectory(str(SCRIPTS)).walk_revisions())
+
+
+async def schema_state(conn: AsyncConnection) -> str:
+    """ "ok", or why the schema is behind the code: a database the code's migrations have not all
+    been applied to. A database at a revision this code does not know is newer (a rolling
+    upgrade ran the migrations first) and is fine."""
+    exists = (
+        await conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+    ).scalar()
+    if not exists:
+        return "behind: no migration applied (run `herald migrate`)"
+    found = {str(v) for v in (await conn.execute(text("SELECT version_num FROM alembic_version")))}
+    heads = code_heads()
+    if found & heads or (found and not found <= _known_revisions()):
+        return "ok"
+    at = ", ".join(sorted(found)) or "none"
+    return f"behind: database at {at}, code at {', '.join(sorted(heads))} (run `herald migrate`)"
+
+
 async def check(engine: AsyncEngine, vault: Vault) -> dict[str, str]:
-    """{"database": "ok" | "down: …", "redis": …} — redis only when the vault lives there."""
+    """{"database": "ok" | "down: …", "migrations": "ok" | "behind: …", "redis": …} — redis only
+    when the vault lives there; migrations only when the database answers."""
 
     async def database() -> None:
         async with engine.connect() as conn:
             await ping(conn)
 
     checks = {outages.DATABASE: await _probe(outages.DATABASE, database())}
+    if checks[outages.DATABASE] == "ok":
+        try:
+            async with engine.connect() as conn:
+                checks[MIGRATIONS] = await asyncio.wait_for(
+                    schema_state(conn), timeout=PROBE_TIMEOUT_SECONDS
+                )
+        except Exception as exc:
+            checks[MIGRATIONS] = f"unknown: {outages.describe(exc)}"
     if vault.remote:
         checks[outages.REDIS] = await _probe(outages.REDIS, vault.ping())
     return checks

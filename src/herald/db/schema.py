@@ -225,6 +225,11 @@ notification_event = Table(
     # A broadcast's frozen audience (R-BCAST-7, R-BCAST-8): people created after it are left out
     # of this event's fan-out. NULL for every other event.
     Column("audience_frozen_at", TZ),
+    # Observability (issue 14): the X-Request-ID of the request that recorded the event and, when
+    # tracing is on, its W3C traceparent, so the worker's logs and spans join the request's.
+    # (`request_id` above is the caller's idempotency key, a different thing.)
+    Column("origin_request_id", Text),
+    Column("traceparent", Text),
     UniqueConstraint("tenant_id", "dedupe_key"),
     vocab_check("category", vocabulary.CATEGORIES, "category"),
     vocab_check("priority", vocabulary.PRIORITIES, "priority"),

@@ -30,6 +30,7 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
        d.claimed_at,
        r.user_id, r.variables AS recipient_variables, r.locale,
        e.kind, e.variables AS event_variables, e.action_url, e.priority,
+       e.public_id AS event_public_id, e.origin_request_id, e.traceparent,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
        t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active

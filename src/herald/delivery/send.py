@@ -20,6 +20,7 @@ from herald.channels.email import mask_email
 from herald.channels.sms import mask_phone, normalize_phone
 from herald.config import Settings
 from herald.kinds import Registry
+from herald.observability import logs
 from herald.rendering.render import Override, OverrideKey, Rendered, render
 from herald.rendering.urls import safe_action_url_or_none
 from herald.secrets import service as secrets
@@ -79,6 +80,8 @@ async def prepare(
         if found is None:
             return Prepared(context, skip="skipped_no_destination")  # R-SECRET-11
         secret_values = found
+        # Resolved secrets (a reset token, an OTP) are cut out of any line this send logs.
+        logs.mark_sensitive(*found.values())
 
     # Render: the reference never reaches the template (R-SECRET-15); the recipient overlay and the
     # secret's values do.

@@ -15,13 +15,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from herald.channels.base import Provider, ProviderOutcome
+from herald.channels.base import Message, Provider, ProviderOutcome
 from herald.config import Settings
 from herald.db import tenancy
 from herald.delivery import queries, recorder
 from herald.delivery.recorder import Result
 from herald.delivery.send import Prepared, prepare
 from herald.kinds import Registry
+from herald.observability import logs, metrics, tracing
 from herald.rendering.render import Override, OverrideKey
 from herald.runtime import outages
 from herald.secrets import service as secrets
@@ -166,6 +167,13 @@ def _start_sends(
     unknown = recorder.UNKNOWN_CODES.get(provider.channel, "PROVIDER_UNKNOWN")
 
     async def one(context: dict[str, Any]) -> Result | None:
+        # Each send is its own task: the ids bound here are on every line it logs.
+        logs.bind(
+            request_id=context.get("origin_request_id"),
+            event_id=context.get("event_public_id"),
+            delivery_id=context["public_id"],
+            tenant=context["tenant_id"],
+        )
         try:
             return await attempt(context)
         finally:
@@ -199,22 +207,61 @@ def _start_sends(
                 return Result(Prepared(context), ProviderOutcome.failure(unknown, retryable=True))
             if prepared.message is None:
                 return Result(prepared)
-            try:
-                outcome = await provider.send(prepared.message)
-            except Exception as exc:
-                # A provider must not raise; if one does, it is a transport fault to retry, and the
-                # log says which provider, never the message.
-                log.error(
-                    "%s provider raised %s; treated as a retryable failure",
-                    provider.name,
-                    type(exc).__name__,
-                )
-                outcome = ProviderOutcome.failure(unknown, retryable=True)
+            message = prepared.message
+            # The rendered message and its destination never reach a log line, whatever logs.
+            logs.mark_sensitive(message.to, message.title, message.body, message.body_html)
+            outcome = await _call(provider, message, context, unknown)
             # A send that will be retried keeps its claim on the secret, so the retry still sends
             # the reset email; the values went nowhere but the provider.
             return Result(prepared, outcome)
 
     return [asyncio.ensure_future(one(c)) for c in batch.contexts]
+
+
+async def _call(
+    provider: Provider, message: Message, context: dict[str, Any], unknown: str
+) -> ProviderOutcome:
+    """One provider call: timed, counted by outcome, traced under the event's trace, logged."""
+    started = time.perf_counter()
+    with tracing.span(
+        "provider.send",
+        parent=context.get("traceparent"),
+        kind="client",
+        attributes={
+            "herald.channel": provider.channel,
+            "herald.provider": provider.name,
+            "herald.delivery_id": str(context["public_id"]),
+        },
+    ) as current:
+        try:
+            outcome = await provider.send(message)
+            label = metrics.provider_outcome(outcome.outcome, outcome.retryable)
+        except Exception as exc:
+            # A provider must not raise; if one does, it is a transport fault to retry, and the
+            # log says which provider, never the message.
+            log.error(
+                "%s provider raised %s; treated as a retryable failure",
+                provider.name,
+                type(exc).__name__,
+            )
+            outcome, label = ProviderOutcome.failure(unknown, retryable=True), "raised"
+        elapsed = time.perf_counter() - started
+        tracing.set_attributes(
+            current, **{"herald.outcome": label, "herald.error_code": outcome.error_code}
+        )
+    metrics.PROVIDER_CALLS.labels(provider.channel, provider.name, label).inc()
+    metrics.PROVIDER_LATENCY.labels(provider.channel, provider.name).observe(elapsed)
+    log.log(
+        logging.INFO if outcome.outcome != "failed" else logging.WARNING,
+        "delivery %s via %s: %s%s in %.0f ms",
+        context["public_id"],
+        provider.name,
+        label,
+        f" ({outcome.error_code})" if outcome.error_code else "",
+        elapsed * 1000,
+        extra={"channel": provider.channel, "provider": provider.name, "outcome": label},
+    )
+    return outcome
 
 
 def _by_tenant(claimed: Sequence[tuple[int, str]]) -> dict[str, list[int]]:

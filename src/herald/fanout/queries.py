@@ -37,6 +37,9 @@ class ClaimedEvent:
     fanout_attempts: int = 1
     # A broadcast's frozen audience: people created after it are left out (R-BCAST-8).
     audience_frozen_at: datetime | None = None
+    # The request that recorded the event and its trace context (observability; may be None).
+    origin_request_id: str | None = None
+    traceparent: str | None = None
 
 
 async def claim_event(

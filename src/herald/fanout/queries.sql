@@ -24,7 +24,8 @@ RETURNING e.id, e.tenant_id;
 -- The claimed event's content, read under its tenant (the claim above is cross-tenant work and
 -- returns ids only).
 SELECT id, tenant_id, public_id, kind, category, priority, audience, channels, variables,
-       action_url, occurred_at, fanout_cursor, fanout_attempts, audience_frozen_at
+       action_url, occurred_at, fanout_cursor, fanout_attempts, audience_frozen_at,
+       origin_request_id, traceparent
   FROM notification_event
  WHERE id = :event_id;
 

@@ -13,6 +13,7 @@ from herald.fanout import service
 from herald.fanout.queries import ClaimedEvent
 from herald.fanout.service import InAppNotice
 from herald.kinds import Registry
+from herald.observability import logs, metrics, tracing
 from herald.runtime import outages
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,33 @@ async def fan_out_next_event(
     event = await _claim(engine, token, tenant_id, holder)
     if event is None:
         return False
+    # Every line and span below belongs to this event (and to the request that recorded it).
+    with (
+        logs.bound(
+            event_id=event.public_id,
+            tenant=event.tenant_id,
+            request_id=event.origin_request_id,
+            delivery_id=None,
+        ),
+        tracing.span(
+            "fanout",
+            parent=event.traceparent,
+            kind="consumer",
+            attributes={"herald.event_id": str(event.public_id), "herald.kind": event.kind},
+        ),
+    ):
+        return await _fan_out(engine, event, token, registry, batch_size, publish, stop)
+
+
+async def _fan_out(
+    engine: AsyncEngine,
+    event: ClaimedEvent,
+    token: uuid.UUID,
+    registry: Registry,
+    batch_size: int,
+    publish: Publish | None,
+    stop: asyncio.Event | None,
+) -> bool:
     log.info("fanning out event %s (%s)", event.public_id, event.kind)
     backoff = outages.Backoff()
     while True:
@@ -50,9 +78,17 @@ async def fan_out_next_event(
             log.info("drain: released event %s at its cursor", event.public_id)
             return True
         try:
-            async with engine.begin() as conn:
-                outcome = await service.fan_out_batch(
-                    conn, event, token, registry=registry, batch_size=batch_size
+            with tracing.span("fanout.batch") as batch_span:
+                async with engine.begin() as conn:
+                    outcome = await service.fan_out_batch(
+                        conn, event, token, registry=registry, batch_size=batch_size
+                    )
+                tracing.set_attributes(
+                    batch_span,
+                    **{
+                        "herald.recipients_written": outcome.recipients_written,
+                        "herald.deliveries_written": outcome.deliveries_written,
+                    },
                 )
         except Exception as exc:
             dependency = outages.unavailable(exc)
@@ -77,6 +113,8 @@ async def fan_out_next_event(
             raise
         backoff.reset()
         outages.state(outages.DATABASE).succeeded()
+        metrics.FANOUT_ROWS.labels("recipient").inc(outcome.recipients_written)
+        metrics.FANOUT_ROWS.labels("delivery").inc(outcome.deliveries_written)
         # After commit, never inside the batch: a rolled-back batch tells nobody (R-REALTIME-5).
         if publish is not None and outcome.in_app:
             try:

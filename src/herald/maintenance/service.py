@@ -39,6 +39,7 @@ from herald.maintenance.opmail import (
     enqueue_operational_email,
 )
 from herald.maintenance.retention import RetentionReport
+from herald.observability import metrics
 from herald.runtime import outages
 
 __all__ = [
@@ -56,6 +57,7 @@ SWEEP_LIMIT = 1000
 @dataclass
 class TickReport:
     reclaimed: int = 0
+    reclaimed_channels: list[str] = field(default_factory=list)
     dead_on_reclaim: int = 0
     requeued: int = 0
     released_fanouts: int = 0
@@ -105,6 +107,7 @@ async def run_tick(
         )
         report.reclaimed = len(rows)
         report.dead_on_reclaim = sum(1 for r in rows if r["status"] == "dead")
+        report.reclaimed_channels = [str(r["channel"]) for r in rows]
 
     async def requeue(conn: AsyncConnection) -> None:
         report.requeued = await delivery.requeue_due_failures(conn, limit=SWEEP_LIMIT)
@@ -156,6 +159,9 @@ async def run_tick(
         await retention.prune_broadcasts(engine, settings, report=report.retention)
 
     await sweep("reclaim_expired_leases", reclaim)
+    if "reclaim_expired_leases" not in report.failures:  # counted once committed
+        for channel in report.reclaimed_channels:
+            metrics.LEASE_EXPIRIES.labels(channel).inc()
     await sweep("requeue_due_failures", requeue)
     await sweep("release_stale_fanout_claims", release)
     await sweep("wake_due_events", wake)

@@ -67,3 +67,37 @@ async def fanout_backlog(conn: AsyncConnection) -> dict[str, Any]:
         "running": int(running),
         "oldest_due_age_seconds": (now - oldest).total_seconds() if oldest is not None else 0.0,
     }
+
+
+async def oldest_delivery_ages(conn: AsyncConnection) -> list[tuple[str, str, float]]:
+    """(channel, status, seconds) — how long the oldest unfinished delivery of each channel and
+    status has been in the queue (since `queued_at`). Queued rows count once due; failed rows
+    (waiting for their retry) and processing rows (being sent) always. A provider that keeps
+    failing makes this grow, retry after retry."""
+    d = s.notification_delivery
+    rows = await conn.execute(
+        select(
+            d.c.channel,
+            d.c.status,
+            func.extract("epoch", func.now() - func.min(d.c.queued_at)),
+        )
+        .where(
+            d.c.status.in_(("queued", "processing", "failed")),
+            (d.c.status != "queued") | (d.c.next_attempt_at <= func.now()),
+        )
+        .group_by(d.c.channel, d.c.status)
+    )
+    return [(channel, status, max(0.0, float(age or 0))) for channel, status, age in rows]
+
+
+async def reminder_lag(conn: AsyncConnection) -> float:
+    """Now minus the oldest reminder occurrence that is due and not yet fired (0: none due)."""
+    r = s.reminder_schedule
+    oldest = (
+        await conn.execute(
+            select(func.extract("epoch", func.now() - func.min(r.c.next_run_at))).where(
+                r.c.enabled, r.c.next_run_at.is_not(None), r.c.next_run_at <= func.now()
+            )
+        )
+    ).scalar_one()
+    return max(0.0, float(oldest or 0))

@@ -1,58 +1,105 @@
-"""Prometheus metrics, read from PostgreSQL at scrape time.
+"""Prometheus metrics for GET /metrics: the queue's state read from PostgreSQL at scrape time, then
+the counters and histograms the processes keep (herald.observability.metrics).
 
-PostgreSQL is the queue, so the queue's state is a query away from any process: every API or
-worker process serves the same figures, and there is no per-process counter to aggregate. The
-figures come from the partial indexes (in-flight deliveries, unreplayed dead letters, due
-events), so a scrape costs the size of the backlog, not of history.
+PostgreSQL is the queue, so the queue's state is a query away from any process: every API
+process serves the same figures. The figures come from the partial indexes (in-flight deliveries,
+unreplayed dead letters, due events, due reminder schedules), so a scrape costs the size of the
+backlog, not of history. The queries read counts and ages only, across tenants.
 
 `skipped_unconfigured` is reported on its own and never as a failure (R-OBS-1, R-OBS-6): an
 environment without a provider must not look like an outage.
+
+The gauges are built as metric families for this one scrape, never as process-wide Gauge objects:
+in multiprocess mode those would be written to the shared directory and summed across processes.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from sqlalchemy.ext.asyncio import AsyncConnection
+from collections.abc import Awaitable, Callable
 
-from herald.observability import queries
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy.ext.asyncio import AsyncConnection
+from typing_extensions import override
+
+from herald.observability import metrics, queries
+
+# The scheduler's sources of due work, each answering "how late is the oldest due item" in
+# seconds. Broadcast release and follow-up sweeps add theirs here as they land.
+SCHEDULER_LAG_SOURCES: dict[str, Callable[[AsyncConnection], Awaitable[float]]] = {
+    "reminder": queries.reminder_lag,
+}
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[GaugeMetricFamily]) -> None:
+        self.families = families
+
+    @override
+    def collect(self) -> list[GaugeMetricFamily]:
+        return self.families
+
+
+async def database_families(conn: AsyncConnection) -> list[GaugeMetricFamily]:
+    in_flight = GaugeMetricFamily(
+        "herald_deliveries_in_flight",
+        "Deliveries not yet finished, by channel and status (queued, processing, failed).",
+        labels=["channel", "status"],
+    )
+    for channel, status, count in await queries.open_deliveries(conn):
+        in_flight.add_metric([channel, status], count)
+    oldest = GaugeMetricFamily(
+        "herald_deliveries_oldest_age_seconds",
+        "Seconds since the oldest unfinished delivery of each channel and status was queued "
+        "(queued rows once due; failed rows waiting for a retry; processing rows).",
+        labels=["channel", "status"],
+    )
+    for channel, status, age in await queries.oldest_delivery_ages(conn):
+        oldest.add_metric([channel, status], age)
+    unconfigured = GaugeMetricFamily(
+        "herald_deliveries_skipped_unconfigured",
+        "Deliveries waiting for a provider to be configured (re-driven by backfill); not failures.",
+        labels=["channel"],
+    )
+    for channel, count in await queries.unconfigured_deliveries(conn):
+        unconfigured.add_metric([channel], count)
+    dead = GaugeMetricFamily(
+        "herald_dead_letters_unreplayed",
+        "Dead letters nobody has replayed yet, by work type.",
+        labels=["queue"],
+    )
+    for queue, count in await queries.unreplayed_dead_letters(conn):
+        dead.add_metric([queue], count)
+    backlog = await queries.fanout_backlog(conn)
+    lag = GaugeMetricFamily(
+        "herald_scheduler_lag_seconds",
+        "Now minus the oldest due scheduled item not yet fired, by source (0: nothing due).",
+        labels=["source"],
+    )
+    for source, read in SCHEDULER_LAG_SOURCES.items():
+        lag.add_metric([source], await read(conn))
+    return [
+        in_flight,
+        oldest,
+        unconfigured,
+        dead,
+        GaugeMetricFamily(
+            "herald_fanout_due", "Events due for fan-out and not yet claimed.", backlog["due"]
+        ),
+        GaugeMetricFamily(
+            "herald_fanout_running", "Events claimed and not yet complete.", backlog["running"]
+        ),
+        GaugeMetricFamily(
+            "herald_fanout_oldest_due_age_seconds",
+            "How long the oldest unclaimed due event has waited.",
+            backlog["oldest_due_age_seconds"],
+        ),
+        lag,
+    ]
 
 
 async def render_metrics(conn: AsyncConnection) -> bytes:
-    registry = CollectorRegistry()
-    in_flight = Gauge(
-        "herald_deliveries_in_flight",
-        "Deliveries not yet finished, by channel and status (queued, processing, failed).",
-        ["channel", "status"],
-        registry=registry,
-    )
-    for channel, status, count in await queries.open_deliveries(conn):
-        in_flight.labels(channel, status).set(count)
-    unconfigured = Gauge(
-        "herald_deliveries_skipped_unconfigured",
-        "Deliveries waiting for a provider to be configured (re-driven by backfill); not failures.",
-        ["channel"],
-        registry=registry,
-    )
-    for channel, count in await queries.unconfigured_deliveries(conn):
-        unconfigured.labels(channel).set(count)
-    dead = Gauge(
-        "herald_dead_letters_unreplayed",
-        "Dead letters nobody has replayed yet, by work type.",
-        ["queue"],
-        registry=registry,
-    )
-    for queue, count in await queries.unreplayed_dead_letters(conn):
-        dead.labels(queue).set(count)
-    backlog = await queries.fanout_backlog(conn)
-    Gauge(
-        "herald_fanout_due", "Events due for fan-out and not yet claimed.", registry=registry
-    ).set(backlog["due"])
-    Gauge("herald_fanout_running", "Events claimed and not yet complete.", registry=registry).set(
-        backlog["running"]
-    )
-    Gauge(
-        "herald_fanout_oldest_due_age_seconds",
-        "How long the oldest unclaimed due event has waited.",
-        registry=registry,
-    ).set(backlog["oldest_due_age_seconds"])
-    return generate_latest(registry)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(await database_families(conn)))
+    return generate_latest(registry) + metrics.render()

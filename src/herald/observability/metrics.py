@@ -1,0 +1,111 @@
+"""Counters and histograms counted by each process, as work happens.
+
+What only the process doing the work can know: provider calls and their latency, lease expiries
+the reaper reclaimed, rows the fan-out wrote, HTTP request latency. (The queue's state is read
+from the database at scrape time instead: herald.observability.service.)
+
+Multiprocess mode (prometheus-client's): `herald api`, `herald worker` and `herald scheduler`
+write their counters to files in one directory per host (HERALD_METRICS_DIR, default
+<HERALD_DATA_DIR>/metrics), and `GET /metrics` of any API process on that host reports the sum
+over every process that wrote there, live or exited. A worker on a host with no API process can
+serve its own figures on HERALD_METRICS_PORT. Outside those commands (tests, `herald dev`, an
+embedding application) the figures live in the process's default registry.
+
+Every label value comes from a fixed, small set: channel, provider name, outcome, reaper channel,
+row type, HTTP method, route *template* and status code. None carries a person, an address, an id
+or free text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+
+log = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+PROVIDER_CALLS = Counter(
+    "herald_provider_calls_total",
+    "Provider calls by channel, provider and outcome (sent, failed_retryable, failed_permanent, "
+    "skipped, raised).",
+    ["channel", "provider", "outcome"],
+)
+PROVIDER_LATENCY = Histogram(
+    "herald_provider_call_duration_seconds",
+    "How long one provider call took, by channel and provider.",
+    ["channel", "provider"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+LEASE_EXPIRIES = Counter(
+    "herald_lease_expiries_reclaimed_total",
+    "Delivery leases that expired and were reclaimed by the reaper, by channel.",
+    ["channel"],
+)
+FANOUT_ROWS = Counter(
+    "herald_fanout_rows_written_total",
+    "Rows the fan-out committed, by row type (recipient, delivery); rate() gives rows per second.",
+    ["row"],
+)
+HTTP_LATENCY = Histogram(
+    "herald_http_request_duration_seconds",
+    "HTTP request latency by method, route template and status code.",
+    ["method", "route", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+
+PROVIDER_OUTCOMES = ("sent", "failed_retryable", "failed_permanent", "skipped", "raised")
+
+
+def provider_outcome(outcome: str, retryable: bool) -> str:
+    if outcome == "failed":
+        return "failed_retryable" if retryable else "failed_permanent"
+    return outcome if outcome in PROVIDER_OUTCOMES else "skipped"
+
+
+def use_directory(directory: Path) -> bool:
+    """Switch this process to multiprocess mode in `directory` (created if missing); call before
+    any metric is touched. False, with a warning, when the directory cannot be used."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        log.warning(
+            "metrics directory %s is not writable (%s); this process's counters are served "
+            "only by its own /metrics",
+            directory,
+            type(exc).__name__,
+        )
+        return False
+    os.environ[MULTIPROC_ENV] = str(directory)
+    from prometheus_client import values
+
+    # The value class is chosen when prometheus_client is imported; re-choose it now.
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    for metric in (PROVIDER_CALLS, PROVIDER_LATENCY, LEASE_EXPIRIES, FANOUT_ROWS, HTTP_LATENCY):
+        metric._metrics.clear()  # children made before the switch (none in practice)
+    return True
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def registry() -> CollectorRegistry:
+    """The registry that holds this process's (or, multiprocess, this host's) figures."""
+    if not multiprocess():
+        return REGISTRY
+    from prometheus_client import multiprocess as mp
+
+    collected = CollectorRegistry()
+    mp.MultiProcessCollector(collected)  # type: ignore[no-untyped-call]
+    return collected
+
+
+def render() -> bytes:
+    return generate_latest(registry())
