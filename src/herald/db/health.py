@@ -52,7 +52,9 @@ async def schema_state(conn: AsyncConnection) -> str:
     ).scalar()
     if not exists:
         return "behind: no migration applied (run `herald migrate`)"
-    found = {str(v) for v in (await conn.execute(text("SELECT version_num FROM alembic_version")))}
+    found = set(
+        (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalars().all()
+    )
     heads = code_heads()
     if found & heads or (found and not found <= _known_revisions()):
         return "ok"
