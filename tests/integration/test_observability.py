@@ -32,6 +32,7 @@ from herald.secrets.vault import TableVault, Vault
 from tests import seed
 from tests.conftest import create_database, drop_database
 from tests.integration.test_delivery import ScriptedProvider, deliver, email_delivery
+from tests.integration.test_directory import api_key
 from tests.integration.test_metrics import gauge
 
 
@@ -47,6 +48,12 @@ def delivery_settings(settings: Settings, tmp_path: Any) -> Settings:
     return settings.model_copy(
         update={"max_attempts": 3, "retry_base_seconds": 30, "data_dir": tmp_path}
     )
+
+
+async def scrape(client: AsyncClient, engine: AsyncEngine, tenant: str) -> str:
+    answer = await client.get("/metrics", headers=await api_key(engine, tenant, ["metrics:read"]))
+    assert answer.status_code == 200, answer.text
+    return answer.text
 
 
 def sample(text: str, name: str, **labels: str) -> float:
@@ -70,7 +77,7 @@ async def test_failing_provider_shows_in_the_outcome_counter_and_the_oldest_age(
 ) -> None:
     """A provider that keeps refusing: the outcome counter and latency histogram count each call,
     and the email queue's oldest-age gauge reports how long the row has been waiting."""
-    before = (await client.get("/metrics")).text
+    before = await scrape(client, engine, tenant)
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:  # queued two minutes ago
         await conn.execute(
@@ -82,7 +89,7 @@ async def test_failing_provider_shows_in_the_outcome_counter_and_the_oldest_age(
         "email", ProviderOutcome.failure("EMAIL_SMTP_451", retryable=True, status="451")
     )
     assert await deliver(engine, refusing, vault, delivery_settings, tenant)() == 1
-    after = (await client.get("/metrics")).text
+    after = await scrape(client, engine, tenant)
 
     labels = {"channel": "email", "provider": "scripted"}
     calls = "herald_provider_calls_total"
@@ -115,10 +122,10 @@ async def test_reaper_counts_the_lease_expiries_it_reclaims(
             )
         )
     name = "herald_lease_expiries_reclaimed_total"
-    before = sample((await client.get("/metrics")).text, name, channel="email")
+    before = sample(await scrape(client, engine, tenant), name, channel="email")
     report = await run_tick(engine, delivery_settings, backfill_channels=[])
     assert report.reclaimed >= 1
-    after = sample((await client.get("/metrics")).text, name, channel="email")
+    after = sample(await scrape(client, engine, tenant), name, channel="email")
     assert after >= before + 1
 
 
@@ -139,7 +146,7 @@ async def test_scheduler_lag_reports_the_oldest_due_reminder(
             )
         )
     try:
-        text = (await client.get("/metrics")).text
+        text = await scrape(client, engine, tenant)
         assert gauge(text, "herald_scheduler_lag_seconds", source="reminder") >= 600
     finally:
         async with engine.begin() as conn:
@@ -180,7 +187,7 @@ async def test_request_id_is_echoed_generated_and_stored_on_the_event(
     generated = await client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"})
     assert generated.headers["X-Request-ID"] not in ("", "bad id with spaces")
 
-    text = (await client.get("/metrics")).text
+    text = await scrape(client, engine, tenant)
     assert 'route="/v1/events"' in text and 'route="/v1/events/{event_id}"' not in given
     assert given not in text
 

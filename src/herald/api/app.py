@@ -33,8 +33,8 @@ from herald.errors import (
     ServiceUnavailable,
 )
 from herald.kinds import Registry
-from herald.ratelimit import RateLimits
 from herald.observability.http import ObservabilityMiddleware
+from herald.ratelimit import RateLimits
 from herald.realtime.hub import RealtimeHub, build_hub
 from herald.runtime import outages
 from herald.secrets.vault import Vault, build_vault

@@ -1,7 +1,7 @@
 """Observability: the request id and trace context an event was recorded under (issue 14).
 
 Revision ID: 0011
-Revises: 0008 (re-pointed at the latest revision when the branches before it land first)
+Revises: 0010
 Create Date: 2026-12-01 15:00:00.000000
 
 Both columns are nullable and written only when there is something to carry: the `X-Request-ID`
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | None = "0008"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
