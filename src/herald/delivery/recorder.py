@@ -135,10 +135,11 @@ async def record(engine: AsyncEngine, results: Sequence[Result], settings: Setti
     backoff = outages.Backoff()
     deadline = time.monotonic() + settings.lease_seconds
     while True:
+        started = time.monotonic()
         try:
             async with engine.begin() as conn:
                 written = await _write(conn, results, rows)
-            database.succeeded()
+            database.succeeded(started)
             break
         except Exception as exc:
             dependency = outages.unavailable(exc)

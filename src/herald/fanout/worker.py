@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -77,6 +78,7 @@ async def _fan_out(
                 await service.release_claim(conn, event, token)
             log.info("drain: released event %s at its cursor", event.public_id)
             return True
+        started = time.monotonic()
         try:
             with tracing.span("fanout.batch") as batch_span:
                 async with engine.begin() as conn:
@@ -112,7 +114,7 @@ async def _fan_out(
                 )
             raise
         backoff.reset()
-        outages.state(outages.DATABASE).succeeded()
+        outages.state(outages.DATABASE).succeeded(started)
         metrics.FANOUT_ROWS.labels("recipient").inc(outcome.recipients_written)
         metrics.FANOUT_ROWS.labels("delivery").inc(outcome.deliveries_written)
         # After commit, never inside the batch: a rolled-back batch tells nobody (R-REALTIME-5).

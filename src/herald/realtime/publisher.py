@@ -51,6 +51,9 @@ class NotifyPublisher:
             async with self._engine.begin() as conn:
                 await queries.notify(conn, service.NOTIFY_CHANNEL, payloads)
         except Exception as exc:  # never fail the batch (R-REALTIME-6)
+            if outages.unavailable(exc) == outages.DATABASE:
+                outages.state(outages.DATABASE).failed(exc)  # said once per outage
+                return
             log.warning(
                 "realtime publish of %d notice(s) failed (%s); the inbox is correct on refresh",
                 len(notices),

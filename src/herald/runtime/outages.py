@@ -108,9 +108,13 @@ class Dependency:
                 self.last_reason,
             )
 
-    def succeeded(self) -> None:
-        """Note a success; the first after an outage logs how long it lasted."""
+    def succeeded(self, started: float | None = None) -> None:
+        """Note a success; the first after an outage logs how long it lasted. `started` (a
+        time.monotonic() taken when the operation began) lets a success that was already under
+        way when the outage was noticed count for nothing, so the state does not flap."""
         if self.down_since is None:
+            return
+        if started is not None and started < self.down_since:
             return
         gone = time.monotonic() - self.down_since
         log.warning(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -47,10 +48,11 @@ async def run_scheduler(
     try:
         while not stop.is_set():
             wait = settings.scheduler_tick_seconds
+            started = time.monotonic()
             try:
                 report = await cycle.run_tick(engine, registry, settings, holder, stop=stop)
                 backoff.reset()
-                outages.state(outages.DATABASE).succeeded()
+                outages.state(outages.DATABASE).succeeded(started)
                 if report.leader != leading:
                     leading = report.leader
                     log.info("scheduler %s the reminder lease", "holds" if leading else "lost")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import psycopg
@@ -162,6 +163,7 @@ async def _loop(
     anything else is logged with its traceback, at most once per back-off step."""
     backoff = outages.Backoff()
     while not stop.is_set():
+        started = time.monotonic()
         try:
             did_work = await once()
         except Exception as exc:
@@ -173,7 +175,7 @@ async def _loop(
             await outages.sleep_or_stop(backoff.next_delay(), stop)
             continue
         backoff.reset()
-        outages.state(outages.DATABASE).succeeded()
+        outages.state(outages.DATABASE).succeeded(started)
         if not did_work:
             await _sleep_until(wake, stop, settings.poll_interval_seconds)
 
