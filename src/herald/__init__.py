@@ -14,19 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from herald import feed
+    from herald import feed, followups
     from herald.secrets.service import stash as stash_secret
     from herald.sending.service import SendInput, SendResult, asend, send
 
-__all__ = ["SendInput", "SendResult", "asend", "feed", "send", "stash_secret"]
+__all__ = ["SendInput", "SendResult", "asend", "feed", "followups", "send", "stash_secret"]
 
 
 def __getattr__(name: str) -> Any:
     # Imported lazily so that `import herald.db.schema` (Alembic, tools) stays light.
-    if name == "feed":
+    if name in ("feed", "followups"):
         import importlib
 
-        return importlib.import_module("herald.feed")
+        return importlib.import_module(f"herald.{name}")
     if name == "stash_secret":
         from herald.secrets import service as secrets
 

@@ -320,7 +320,11 @@ def _announce_dev(info: DevInfo) -> None:
 def keys_create(
     tenant: TenantOption,
     scopes: Annotated[
-        str, typer.Option(help="Comma-separated scopes (events:write,…), or * for all.")
+        str,
+        typer.Option(
+            help="Comma-separated scopes (events:write, events:read, directory:write, "
+            "secrets:write, feed:write, followups:write, admin), or * for all."
+        ),
     ],
     name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
 ) -> None:

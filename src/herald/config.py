@@ -12,6 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from herald import vocabulary
 
+DEFAULT_FOLLOWUP_SWEEP_SECONDS = 60
+
 
 class Settings(BaseSettings):
     """Every value Herald reads from its environment."""
@@ -131,6 +133,13 @@ class Settings(BaseSettings):
     # A scheduler that was down fires the latest missed occurrence only if it is at most this
     # late; older ones are recorded as `missed`, never flooded out.
     reminder_max_lateness_minutes: int = Field(default=60, ge=1, le=10_080)
+    # Follow-ups (DESIGN.md §5.2, R-FOLLOW-46..52): how often `herald scheduler` sweeps (0: no
+    # timer, `sweep()` stays callable; unset: 60, or 0 when HERALD_ENVIRONMENT=test so a suite
+    # drives sweep() itself, R-FOLLOW-48/54), the default grace before the notify and the
+    # default delay from the notify to the reminder. Negative values refuse to start.
+    followup_sweep_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    followup_grace_minutes: int = Field(default=15, ge=0, le=10_080)
+    followup_reminder_delay_minutes: int = Field(default=60, ge=0, le=10_080)
 
     # Observability (issue 14; README "Operating Herald").
     # One JSON object a line, or text for a person; unset: json, except under `herald dev`.
@@ -240,6 +249,13 @@ class Settings(BaseSettings):
     def fanout_lease_seconds(self) -> int:
         # R-REAPER-7: a fan-out claim is released only after ten delivery leases.
         return 10 * self.lease_seconds
+
+    @property
+    def followup_sweep_interval(self) -> int:
+        """Seconds between follow-up sweeps; 0 registers no timer."""
+        if self.followup_sweep_seconds is not None:
+            return self.followup_sweep_seconds
+        return 0 if self.environment == "test" else DEFAULT_FOLLOWUP_SWEEP_SECONDS
 
     @property
     def is_production(self) -> bool:

@@ -516,3 +516,13 @@ class BroadcastTemplateInvalid(ValidationFailed):
     """The broadcast's kind, or its published override, does not render."""
 
     code = "NOTIFICATION_BROADCAST_TEMPLATE_INVALID"
+class FollowupInvalid(ValidationFailed):
+    """The follow-up is not valid; the message names the field."""
+
+    code = "NOTIFICATION_FOLLOWUP_INVALID"
+
+
+class FollowupNotFound(NotFound):
+    """No such follow-up."""
+
+    code = "NOTIFICATION_FOLLOWUP_NOT_FOUND"

@@ -148,6 +148,13 @@ BroadcastState = Literal["draft", "approved", "sending", "completed", "cancelled
 BROADCAST_STATES: Final[tuple[str, ...]] = get_args(BroadcastState)
 # States in which a broadcast may still be cancelled.
 CANCELLABLE_BROADCAST_STATES: Final[tuple[str, ...]] = ("draft", "approved", "sending")
+# A follow-up (DESIGN.md §5.2, seed 004): `armed` waits for its armAt (the seed's UNDER_REVIEW),
+# `notified` has had its notify event and waits for escalateAt, `follow_up` has had its reminder
+# and is final (no third notification); `acknowledged` and `not_required` are in no claim set.
+FollowupState = Literal["armed", "notified", "follow_up", "acknowledged", "not_required"]
+FOLLOWUP_STATES: Final[tuple[str, ...]] = get_args(FollowupState)
+# R-FOLLOW-4: a sweeper's transition (armed → notified → follow_up) never changes openness.
+FOLLOWUP_OPEN_STATES: Final[tuple[str, ...]] = ("armed", "notified", "follow_up")
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)
@@ -158,6 +165,7 @@ ApiScope = Literal[
     "directory:write",
     "secrets:write",
     "feed:write",
+    "followups:write",
     "admin",
     "metrics:read",
 ]

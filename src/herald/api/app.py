@@ -225,6 +225,7 @@ def _routers() -> list[APIRouter]:
     from herald.devices import routes as devices
     from herald.directory import routes as directory
     from herald.feed import routes as feed
+    from herald.followups import routes as followups
     from herald.observability import routes as observability
     from herald.preferences import routes as preferences
     from herald.realtime import routes as realtime
@@ -235,6 +236,7 @@ def _routers() -> list[APIRouter]:
 
     return [
         sending.router,
+        followups.router,
         directory.router,
         secrets.router,
         centre.router,

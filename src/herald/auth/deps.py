@@ -233,3 +233,4 @@ Cursor = Annotated[
 UnreadOnly = Annotated[bool | None, Query(alias="unreadOnly")]
 # Refused with 400 PAGINATION_REQUIRED in any spelling, so it is not published.
 Pagination = Annotated[str | None, Query(include_in_schema=False)]
+FollowupsWriter = Annotated[auth.ApiCaller, Depends(require_scope("followups:write"))]

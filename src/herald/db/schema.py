@@ -971,4 +971,57 @@ broadcast = Table(
     ),
     Index("broadcast_settled_at_idx", "settled_at"),
     Index("broadcast_event_id_idx", "event_id"),
+# Follow-ups (DESIGN.md §5.2, seed 004): notify at armAt, remind once at escalateAt, unless
+# acknowledged. The sweep moves a row armed → notified → follow_up, each step one conditional
+# UPDATE committed with the event it records.
+
+followup = Table(
+    "followup",
+    metadata,
+    _id(),
+    _tenant(),
+    # The host's own name for the thing being followed up (e.g. "absence:2026-09-01:stu-42").
+    Column("key", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("reminder_kind", Text, nullable=False),
+    # An audience specification, validated exactly as send() validates one: people only.
+    Column("audience", JSONB, nullable=False),
+    Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Kept so a reopen re-arms with the grace (and delay) the follow-up was armed with.
+    Column("grace_seconds", Integer, nullable=False),
+    Column("reminder_delay_seconds", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    # Bumped by every reopen: a new cycle's events are new events (R-FOLLOW-14).
+    Column("cycle", Integer, nullable=False, server_default=text("1")),
+    Column("arm_at", TZ),
+    Column("notified_at", TZ),
+    Column("escalate_at", TZ),
+    Column("reminded_at", TZ),
+    # The events the two transitions recorded (public ids; retention may delete the events
+    # first, so no foreign key).
+    Column("notify_event_id", UUID(as_uuid=True)),
+    Column("reminder_event_id", UUID(as_uuid=True)),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    UniqueConstraint("tenant_id", "key"),
+    vocab_check("state", vocabulary.FOLLOWUP_STATES, "state"),
+    vocab_check("audience->>'kind'", vocabulary.AUDIENCE_KINDS, "audience_kind"),
+    CheckConstraint("jsonb_typeof(variables) = 'object'", name="variables_object"),
+    CheckConstraint("btrim(key) <> '' AND length(key) <= 200", name="key_shape"),
+    CheckConstraint(
+        "grace_seconds >= 0 AND reminder_delay_seconds >= 0", name="delays_not_negative"
+    ),
+    CheckConstraint("cycle >= 1", name="cycle_positive"),
+    # What each claim predicate reads is there in the state that claim expects.
+    CheckConstraint("state <> 'armed' OR arm_at IS NOT NULL", name="armed_has_arm_at"),
+    CheckConstraint(
+        "state <> 'notified' OR (notified_at IS NOT NULL AND escalate_at IS NOT NULL)",
+        name="notified_has_escalate_at",
+    ),
+    CheckConstraint("state <> 'follow_up' OR reminded_at IS NOT NULL", name="follow_up_reminded"),
+    # R-FOLLOW-2: the two candidate scans, exactly.
+    Index("followup_notify_due_idx", "tenant_id", "state", "arm_at"),
+    Index("followup_remind_due_idx", "tenant_id", "state", "escalate_at"),
+    # Retention ages resolved rows by updated_at.
+    Index("followup_updated_at_idx", "updated_at"),
 )

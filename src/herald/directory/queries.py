@@ -454,6 +454,27 @@ async def orphan_recipients_of_person(conn: AsyncConnection, person_id: int) -> 
     return int(result.rowcount)
 
 
+async def delete_followups_naming_person(
+    conn: AsyncConnection, tenant_id: str, external_id: str
+) -> int:
+    """Follow-ups whose audience names the person (they are about or addressed to them, and
+    their variables may carry the person's name) go with the person."""
+    f = s.followup
+    names = func.jsonb_build_object("userIds", func.jsonb_build_array(external_id))
+    result = await conn.execute(
+        delete(f)
+        .where(
+            f.c.tenant_id == tenant_id,
+            or_(
+                f.c.audience.op("@>")(names),
+                f.c.audience["any"].op("@>")(func.jsonb_build_array(names)),
+            ),
+        )
+        .returning(f.c.id)
+    )
+    return len(result.all())
+
+
 async def hard_delete_person(conn: AsyncConnection, person_id: int) -> None:
     """The person row itself; role grants, memberships, guardianships, preferences, push tokens
     and feed read receipts go with it by their foreign keys' cascade."""

@@ -220,8 +220,8 @@ async def erase_person(
     the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Events addressed to them
     alone (a `users` audience of just them) lose their variables too, which were theirs alone;
     events others received keep theirs (queries.scrub_variables_of_events_for says why). Role
-    grants, memberships, guardianships, preferences, push tokens and feed read receipts go with
-    the person.
+    grants, memberships, guardianships, preferences, push tokens, feed read receipts and the
+    follow-ups whose audience names the person go with the person.
 
     Audited as `erase` on the person's public id, with counts only (nothing personal); an API key
     caller is recorded as `api_key` unless `operator` says who acted.
@@ -235,6 +235,7 @@ async def erase_person(
     # An operator's name on the broadcasts they drafted or approved (kept distinct per person).
     await broadcasts.forget_operator(conn, tenant_id, external_id, person.public_id)
     kept = await queries.orphan_recipients_of_person(conn, person.id)
+    followups = await queries.delete_followups_naming_person(conn, tenant_id, external_id)
     await queries.hard_delete_person(conn, person.id)
     await audit.record_audit(
         conn,
@@ -242,7 +243,12 @@ async def erase_person(
         "erase",
         "person",
         str(person.public_id),
-        {"recipientsKept": kept, "deliveriesScrubbed": scrubbed, "eventsScrubbed": events},
+        {
+            "recipientsKept": kept,
+            "deliveriesScrubbed": scrubbed,
+            "eventsScrubbed": events,
+            **({"followupsDeleted": followups} if followups else {}),
+        },
     )
     return Erasure(
         id=person.public_id,

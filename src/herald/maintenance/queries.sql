@@ -133,6 +133,17 @@ DELETE FROM broadcast b
           FROM broadcast c
          WHERE c.settled_at < now() - make_interval(days => :days)
          ORDER BY c.settled_at
+-- name: delete_resolved_followups
+-- Follow-ups that will never send again on their own (acknowledged, not required, or reminded:
+-- follow_up is final) and have not changed for :days, at most :limit, through
+-- followup_updated_at_idx. Armed and notified ones still have a transition ahead and stay.
+DELETE FROM followup f
+ WHERE f.id IN (
+        SELECT c.id
+          FROM followup c
+         WHERE c.updated_at < now() - make_interval(days => :days)
+           AND c.state IN ('acknowledged', 'not_required', 'follow_up')
+         ORDER BY c.updated_at
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 

@@ -12,7 +12,7 @@ letter (R-RETENTION-4), and is deleted only once its children are gone (R-RETENT
 Independent retentions, run on every tick whether or not an event aged out (R-RETENTION-9):
 invalidated push tokens (R-RETENTION-10), operations-feed rows with their read receipts
 (R-RETENTION-11; the only code that deletes feed rows, R-RETENTION-2), finished operational
-emails and reminder runs. Dead letters are never deleted by age (R-DLQ-18).
+emails, reminder runs and resolved follow-ups. Dead letters are never deleted by age (R-DLQ-18).
 
 A tick runs at most `max_batches` statements per level, so one tick's work is bounded too; what
 is left is taken by the next tick.
@@ -50,6 +50,7 @@ class RetentionReport:
     operational_emails: int = 0
     reminder_runs: int = 0
     broadcasts: int = 0
+    followups: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -70,6 +71,7 @@ class RetentionReport:
             + self.operational_emails
             + self.reminder_runs
             + self.broadcasts
+            + self.followups
         )
 
 
@@ -267,6 +269,7 @@ async def prune_reminder_runs(
 
 
 async def prune_broadcasts(
+async def prune_followups(
     engine: AsyncEngine,
     settings: Settings,
     *,
@@ -280,6 +283,13 @@ async def prune_broadcasts(
         settings,
         "broadcasts",
         queries.delete_settled_broadcasts,
+    """Follow-ups resolved (acknowledged, not required or reminded) and untouched for
+    retention_days; armed and notified ones are never aged out."""
+    return await _prune_table(
+        engine,
+        settings,
+        "followups",
+        queries.delete_resolved_followups,
         settings.retention_days,
         report=report,
         max_batches=max_batches,
@@ -305,6 +315,7 @@ async def run_retention(
         prune_operational_emails,
         prune_reminder_runs,
         prune_broadcasts,
+        prune_followups,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -319,6 +330,7 @@ def log_report(report: RetentionReport) -> None:
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
             "%d broadcasts "
             "in %d statements "
+            "%d follow-ups in %d statements "
             "(slowest %.3f s)",
             report.deliveries,
             report.attempts,
@@ -329,6 +341,7 @@ def log_report(report: RetentionReport) -> None:
             report.operational_emails,
             report.reminder_runs,
             report.broadcasts,
+            report.followups,
             report.statements,
             report.slowest_statement_seconds,
         )

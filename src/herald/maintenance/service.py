@@ -157,6 +157,8 @@ async def run_tick(
 
     async def prune_broadcasts() -> None:
         await retention.prune_broadcasts(engine, settings, report=report.retention)
+    async def prune_followups() -> None:
+        await retention.prune_followups(engine, settings, report=report.retention)
 
     await sweep("reclaim_expired_leases", reclaim)
     if "reclaim_expired_leases" not in report.failures:  # counted once committed
@@ -178,6 +180,7 @@ async def run_tick(
     await step("retention_operational_email", prune_operational_emails)
     await step("retention_reminder_runs", prune_reminder_runs)
     await step("retention_broadcasts", prune_broadcasts)
+    await step("retention_followups", prune_followups)
     retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(

@@ -1,10 +1,13 @@
-"""`herald scheduler`: the reminder cycle (and, as they land, broadcast release and follow-up
-sweeps), ticking until asked to stop.
+"""`herald scheduler`: the reminder cycle (and, as they land, broadcast release) ticking until
+asked to stop, and the follow-up sweeps on their own timer beside it.
 
 Any number may run against one database: the reminder cycle runs only in the one holding the
 database lease (R-OPS-13). On a stop request it interrupts its wait at once (R-OPS-10), starts no
 new tick (R-OPS-9), finishes the occurrence in hand (R-OPS-11), hands its lease back and returns;
 the caller closes the pool (R-OPS-12). It never sends anything: it writes events (R-OPS-8).
+
+Follow-up sweeps need no lease (each transition is a compare-and-set): every scheduler sweeps,
+in a task of its own so a long sweep never delays the lease's renewal.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
+from herald.followups import worker as followups
 from herald.kinds import Registry
 from herald.runtime import outages
 from herald.scheduling import service as lease
@@ -45,6 +49,7 @@ async def run_scheduler(
     leading = False
     backoff = outages.Backoff()
     releasing = False
+    sweeps = asyncio.create_task(followups.run_sweeps(settings, engine, registry, stop))
     try:
         while not stop.is_set():
             wait = settings.scheduler_tick_seconds
@@ -82,6 +87,10 @@ async def run_scheduler(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
     finally:
+        if not stop.is_set():
+            sweeps.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeps  # stop set: it finishes the follow-up in hand (R-OPS-11)
         if leading:
             try:
                 await cycle.release(engine, holder)

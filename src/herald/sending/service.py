@@ -145,7 +145,7 @@ def send(
     logged and swallowed, so the host's business write still commits (Herald's decision 8,
     R-SEND-13). It then returns None.
     """
-    _require_transaction(tx.in_transaction(), tx.get_isolation_level())
+    require_transaction(tx.in_transaction(), tx.get_isolation_level())
     if not best_effort:
         return _send_sync(tx, input, registry)
     try:
@@ -164,7 +164,7 @@ async def asend(
     best_effort: bool = False,
 ) -> SendResult | None:
     """The async twin of send(): same statements, same guarantees."""
-    _require_transaction(tx.in_transaction(), await tx.get_isolation_level())
+    require_transaction(tx.in_transaction(), await tx.get_isolation_level())
     if not best_effort:
         return await _send_async(tx, input, registry)
     try:
@@ -216,7 +216,7 @@ async def _send_async(
     return SendResult(id=row.public_id, created=bool(row.inserted))
 
 
-def _require_transaction(in_transaction: bool, isolation_level: str) -> None:
+def require_transaction(in_transaction: bool, isolation_level: str) -> None:
     # An autocommit connection would commit the event on its own, independently of the business
     # write it describes (R-SEND-3); refuse it rather than guess.
     if not in_transaction or isolation_level == "AUTOCOMMIT":
