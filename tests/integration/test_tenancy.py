@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import followups
 from herald.db import migrate, tenancy
 from herald.db.engine import libpq_url
 from herald.feed import service as feed
@@ -99,6 +100,16 @@ async def _populate(engine: AsyncEngine, tenant: str) -> None:
             ),
             {"person": people[2].id, "notice": notice},
         )
+        await followups.aarm(
+            conn,
+            tenant,
+            "absence:1",
+            kind="attendance.event",
+            reminder_kind="attendance.reminder",
+            audience={"kind": "guardians_of_users", "userIds": [people[0].external_id]},
+            variables={"studentName": "A", "date": "2026-09-01", "eventType": "absent"},
+            registry=SAMPLE_REGISTRY,
+        )
     await run_to_completion(engine, tenant)
 
 
@@ -151,6 +162,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "notification_delivery",
             "feed_notification",
             "feed_notification_read",
+            "followup",
         ):
             assert seen.get(table, 0) > 0, (table, seen)
 
