@@ -304,6 +304,12 @@ def _announce_dev(info: DevInfo) -> None:
     out.print(f"  {info.curl[0]}", markup=False)
     out.print(f"Read {info.guardian}'s inbox:")
     out.print(f"  {info.curl[1]}", markup=False)
+    out.print(
+        "Mark Aarav absent (a follow-up: his guardians are told after 10 s, reminded 30 s later):"
+    )
+    out.print(f"  {info.curl[2]}", markup=False)
+    out.print("Acknowledge the absence before the reminder goes, and it never does:")
+    out.print(f"  {info.curl[3]}", markup=False)
     if info.broadcast_curl:
         out.print("A broadcast, drafted by the principal and approved by the deputy:")
         for line in info.broadcast_curl:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from herald.demo.dev import absence_followup
 from tests.e2e.harness import HeraldProcess, free_port, wait_for_inbox
 
 BANNER_END = "Ctrl-C stops."
@@ -24,8 +25,9 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
 ) -> None:
     """`herald dev` loads the demo directory idempotently (a second run works), keeps its key
     and generated JWT secret in HERALD_DATA_DIR/dev.json, runs the scheduler with reminders on
-    and one demo weekday reminder (R-REMIND-16 flag turned on by dev), and stops cleanly on
-    Ctrl-C."""
+    and one demo weekday reminder (R-REMIND-16 flag turned on by dev), sweeps follow-ups (the
+    printed attendance loop: the guardian is told, then reminded once; R-FOLLOW-53), and stops
+    cleanly on Ctrl-C."""
     env = {k: v for k, v in e2e_env.items() if k != "HERALD_JWT_SECRET"}
     env["HERALD_DATA_DIR"] = str(tmp_path / "dev-data")
     keys: list[str] = []
@@ -56,7 +58,7 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
                 assert sent.status_code == 201, sent.text
             # The demo guardian (a parent in 7A) sees it in their inbox, on both runs.
             items = wait_for_inbox(base_url, token)
-            assert items[0]["title"] == "Sports day moved"
+            assert "Sports day moved" in [item["title"] for item in items]
             # The scheduler runs in the process, reminders are on, and the demo school has its
             # one weekday reminder (once, however often dev starts).
             reminders = httpx.get(
@@ -69,6 +71,24 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
                 ("reminder.notice", [1, 2, 3, 4, 5])
             ]
             assert "scheduler started" in dev.output()
+            assert "/v1/followups" in text
+            if run == 0:
+                # The printed attendance loop, with a shorter grace and delay: the demo
+                # guardian (Aarav's father) is told of the absence, then reminded once.
+                absent = {**absence_followup("2026-09-01"), "graceSeconds": 1}
+                absent["reminderDelaySeconds"] = 2
+                armed = httpx.post(
+                    f"{base_url}/v1/followups",
+                    headers={"Authorization": f"Bearer {key}"},
+                    json=absent,
+                    timeout=10,
+                )
+                assert armed.status_code == 201, armed.text
+                items = wait_for_inbox(base_url, token, at_least=3)
+                assert [i["kind"] for i in items[:2]] == [
+                    "attendance.reminder",
+                    "attendance.event",
+                ]
         finally:
             exit_status = dev.stop(signal.SIGINT)
         assert exit_status == 0, dev.describe()

@@ -15,7 +15,7 @@ import secrets
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,13 @@ DEV_KEY_NAME = "herald dev"
 # The demo token's active role: role-scoped rows (guardians_of_group) show only under it.
 GUARDIAN_ROLE = "guardian"
 MOCKED_CHANNELS = ("email", "sms", "push", "telegram")
+DEMO_SWEEP_SECONDS = 2
+# The attendance loop (seed 004): Aarav (7A, the demo guardian's son) marked absent; his
+# guardians hear of it after a 10 s grace and are reminded 30 s later unless someone
+# acknowledges in between.
+DEMO_STUDENT = ("aarav-shrestha", "Aarav Shrestha")
+DEMO_GRACE_SECONDS = 10
+DEMO_REMINDER_DELAY_SECONDS = 30
 
 
 @dataclass
@@ -77,6 +84,9 @@ def dev_settings(settings: Settings, state: DevState) -> Settings:
     for flag in ("feature_reminders", "feature_broadcasts"):
         if flag not in settings.model_fields_set:
             update[flag] = True
+    # The attendance loop is watched live: sweep follow-ups every 2 s unless told otherwise.
+    if settings.followup_sweep_seconds is None:
+        update["followup_sweep_seconds"] = DEMO_SWEEP_SECONDS
     for channel in MOCKED_CHANNELS:
         if getattr(settings, f"{channel}_provider") is None:
             update[f"{channel}_provider"] = "mock"
@@ -101,17 +111,19 @@ async def ensure_dev_key(conn: AsyncConnection, tenant_id: str, state: DevState)
     return state.api_key
 
 
-def curl_examples(base_url: str, api_key: str, token: str) -> list[str]:
-    """Two commands to paste: send an announcement to 7A's guardians, read one guardian's inbox."""
+def curl_examples(base_url: str, api_key: str, token: str, *, day: str | None = None) -> list[str]:
+    """Commands to paste: send an announcement to 7A's guardians, read one guardian's inbox,
+    mark Aarav absent (a follow-up: notified after the grace, reminded after the delay) and
+    acknowledge his absence (which suppresses the reminder if it has not gone yet)."""
     event = {
         "kind": "announcement.posted",
         "audience": {"kind": "guardians_of_group", "groupIds": ["class-7a"]},
         "channels": ["in_app", "email"],
         "variables": {"title": "Sports day moved", "message": "It is now on Friday."},
     }
+    auth_header = shlex.quote("Authorization: Bearer " + api_key)
     send = (
-        f"curl -sS -X POST {base_url}/v1/events"
-        f" -H {shlex.quote('Authorization: Bearer ' + api_key)}"
+        f"curl -sS -X POST {base_url}/v1/events -H {auth_header}"
         " -H 'Content-Type: application/json'"
         f" -d {shlex.quote(json.dumps(event, separators=(',', ':')))}"
     )
@@ -119,7 +131,30 @@ def curl_examples(base_url: str, api_key: str, token: str) -> list[str]:
         f"curl -sS {base_url}/v1/me/notifications"
         f" -H {shlex.quote('Authorization: Bearer ' + token)}"
     )
-    return [send, inbox]
+    absent = absence_followup(day or date.today().isoformat())
+    arm = (
+        f"curl -sS -X POST {base_url}/v1/followups -H {auth_header}"
+        " -H 'Content-Type: application/json'"
+        f" -d {shlex.quote(json.dumps(absent, separators=(',', ':')))}"
+    )
+    acknowledge = (
+        f"curl -sS -X POST {base_url}/v1/followups/{absent['key']}/acknowledge -H {auth_header}"
+    )
+    return [send, inbox, arm, acknowledge]
+
+
+def absence_followup(day: str) -> dict[str, Any]:
+    """The demo's follow-up body: Aarav absent on `day`, for his guardians."""
+    student, name = DEMO_STUDENT
+    return {
+        "key": f"absence:{day}:{student}",
+        "kind": "attendance.event",
+        "reminderKind": "attendance.reminder",
+        "audience": {"kind": "guardians_of_users", "userIds": [student]},
+        "variables": {"studentName": name, "date": day, "eventType": "absent"},
+        "graceSeconds": DEMO_GRACE_SECONDS,
+        "reminderDelaySeconds": DEMO_REMINDER_DELAY_SECONDS,
+    }
 
 
 def broadcast_curl(base_url: str, principal: str, deputy: str) -> list[str]:
