@@ -150,7 +150,7 @@ async def idle(settings: Settings, url: str, tenants: int, sweeps: int) -> None:
         await cycle.release(engine, "bench")
         async with engine.begin() as conn:
             await conn.execute(text("UPDATE followup SET arm_at = now() - interval '1 minute' "
-                                    "WHERE tenant_id IN ('due', 'baseline')"))  # fmt: skip
+                                    "WHERE tenant_id = 'due'"))  # fmt: skip
     finally:
         await engine.dispose()
 
@@ -178,6 +178,9 @@ async def due(url: str, count: int) -> None:
                 f"{counter.statements / count:.1f} statements per follow-up"
             )
 
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE followup SET arm_at = now() - interval '1 minute' "
+                                    "WHERE tenant_id = 'baseline'"))  # fmt: skip
         async with engine.connect() as conn:
             ids = [r[0] for r in await conn.execute(
                 text("SELECT id FROM followup WHERE tenant_id = 'baseline' ORDER BY id"))]  # fmt: skip
