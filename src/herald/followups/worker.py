@@ -27,6 +27,7 @@ from herald.config import Settings
 from herald.db import tenancy
 from herald.followups import service
 from herald.kinds import Registry
+from herald.runtime import outages
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,9 @@ async def sweep(
     try:
         async with engine.begin() as conn:
             tenants = await service.tenants_with_followups(conn)
-    except Exception:
+    except Exception as exc:
         report.errors += 1
-        log.exception("follow-up sweep could not list tenants; the next sweep retries")
+        _log_failure(exc, "follow-up sweep could not list tenants; the next sweep retries")
         return report
     for tenant_id in tenants:
         if stop is not None and stop.is_set():
@@ -92,9 +93,11 @@ async def sweep(
             async with engine.connect() as conn:
                 for leg in (service.NOTIFY, service.REMIND):
                     await _pass(conn, registry, tenant_id, leg, report, stop, batch)
-        except Exception:
+        except Exception as exc:
             report.errors += 1
-            log.exception("follow-up sweep of tenant %s failed; the next sweep retries", tenant_id)
+            _log_failure(
+                exc, "follow-up sweep of tenant %s failed; the next sweep retries", tenant_id
+            )
     return report
 
 
@@ -119,9 +122,10 @@ async def _pass(
                 async with conn.begin():
                     await tenancy.enter_tenant(conn, tenant_id)
                     transition = await service.claim(conn, registry, tenant_id, candidate.id, leg)
-            except Exception:
+            except Exception as exc:
                 report.errors += 1
-                log.exception(
+                _log_failure(
+                    exc,
                     "follow-up %s (tenant %s): %s not recorded; it stays due",
                     candidate.id,
                     tenant_id,
@@ -139,6 +143,16 @@ async def _pass(
         if len(due) < batch:
             return
         after = (due[-1].due_at, due[-1].id)
+
+
+def _log_failure(exc: Exception, message: str, *args: object) -> None:
+    """An outage is said once (herald.runtime.outages), never a traceback per follow-up; any
+    other failure is logged with its traceback (R-FOLLOW-39)."""
+    dependency = outages.unavailable(exc)
+    if dependency is not None:
+        outages.state(dependency).failed(exc)
+    else:
+        log.exception(message, *args)
 
 
 async def run_sweeps(
