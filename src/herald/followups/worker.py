@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -91,8 +90,17 @@ async def sweep(
         report.tenants += 1
         try:
             async with engine.connect() as conn:
-                for leg in (service.NOTIFY, service.REMIND):
-                    await _pass(conn, registry, tenant_id, leg, report, stop, batch)
+                # Both passes' first scans share one transaction: a tenant with nothing due
+                # costs one short read-only transaction.
+                async with conn.begin():
+                    await tenancy.enter_tenant(conn, tenant_id)
+                    first = {
+                        leg: await service.candidates(conn, tenant_id, leg, after=None, limit=batch)
+                        for leg in (service.NOTIFY, service.REMIND)
+                    }
+                for leg, due in first.items():
+                    if due:
+                        await _pass(conn, registry, tenant_id, leg, due, report, stop, batch)
         except Exception as exc:
             report.errors += 1
             _log_failure(
@@ -106,15 +114,13 @@ async def _pass(
     registry: Registry,
     tenant_id: str,
     leg: service.Leg,
+    due: list[service.Candidate],
     report: SweepReport,
     stop: asyncio.Event | None,
     batch: int,
 ) -> None:
-    after: tuple[datetime, int] | None = None
+    """Claim each candidate of `due` (the pass's first page), then the following pages."""
     while True:
-        async with conn.begin():
-            await tenancy.enter_tenant(conn, tenant_id)
-            due = await service.candidates(conn, tenant_id, leg, after=after, limit=batch)
         for candidate in due:
             if stop is not None and stop.is_set():
                 return  # no new claim once asked to stop; the one in hand has committed
@@ -143,6 +149,9 @@ async def _pass(
         if len(due) < batch:
             return
         after = (due[-1].due_at, due[-1].id)
+        async with conn.begin():
+            await tenancy.enter_tenant(conn, tenant_id)
+            due = await service.candidates(conn, tenant_id, leg, after=after, limit=batch)
 
 
 def _log_failure(exc: Exception, message: str, *args: object) -> None:
