@@ -184,6 +184,7 @@ async def due(url: str, count: int) -> None:
         async with engine.connect() as conn:
             ids = [r[0] for r in await conn.execute(
                 text("SELECT id FROM followup WHERE tenant_id = 'baseline' ORDER BY id"))]  # fmt: skip
+            await conn.commit()
             started = time.perf_counter()
             for row_id in ids:
                 async with conn.begin():
