@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from httpx import AsyncClient
 from pydantic import ValidationError
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald import followups
@@ -643,3 +643,34 @@ async def test_erasing_a_person_removes_the_follow_ups_that_name_them(
     async with engine.connect() as conn:
         left = (await conn.execute(select(f.c.key).where(f.c.tenant_id == tenant))).scalars().all()
     assert left == ["other"]
+
+
+# --- shape ---------------------------------------------------------------------------------------
+
+
+async def test_states_and_the_two_candidate_indexes(engine: AsyncEngine) -> None:
+    """R-FOLLOW-1, R-FOLLOW-2, R-FOLLOW-3, R-FOLLOW-4: the row carries the timing columns; the
+    table has the (tenant_id, state, arm_at) and (tenant_id, state, escalate_at) indexes; all five
+    states are in the published enum (and the CHECK) from the start; the three the sweeper moves
+    between are all open, so its transitions never change openness."""
+    from herald import vocabulary
+    from herald.followups.schemas import FollowupOut
+
+    async with engine.connect() as conn:
+        indexes = {
+            row.indexname: row.indexdef
+            for row in await conn.execute(
+                select(text("indexname"), text("indexdef"))
+                .select_from(text("pg_indexes"))
+                .where(text("tablename = 'followup'"))
+            )
+        }
+    assert indexes["followup_notify_due_idx"].endswith("(tenant_id, state, arm_at)")
+    assert indexes["followup_remind_due_idx"].endswith("(tenant_id, state, escalate_at)")
+    published = FollowupOut.model_json_schema()["properties"]["state"]["enum"]
+    assert published == ["armed", "notified", "follow_up", "acknowledged", "not_required"]
+    assert set(vocabulary.FOLLOWUP_STATES) == set(published)
+    assert set(vocabulary.FOLLOWUP_OPEN_STATES) == {"armed", "notified", "follow_up"}
+    assert {c.name for c in f.columns} >= {
+        "id", "tenant_id", "state", "arm_at", "notified_at", "escalate_at", "reminded_at",
+    }  # fmt: skip
