@@ -329,7 +329,7 @@ def keys_create(
         str,
         typer.Option(
             help="Comma-separated scopes (events:write, events:read, directory:write, "
-            "secrets:write, feed:write, followups:write, admin), or * for all."
+            "secrets:write, feed:write, followups:write, admin, metrics:read), or * for all."
         ),
     ],
     name: Annotated[str, typer.Option(help="A label for the key.")] = "default",
