@@ -516,6 +516,8 @@ class BroadcastTemplateInvalid(ValidationFailed):
     """The broadcast's kind, or its published override, does not render."""
 
     code = "NOTIFICATION_BROADCAST_TEMPLATE_INVALID"
+
+
 class FollowupInvalid(ValidationFailed):
     """The follow-up is not valid; the message names the field."""
 

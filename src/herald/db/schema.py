@@ -971,6 +971,9 @@ broadcast = Table(
     ),
     Index("broadcast_settled_at_idx", "settled_at"),
     Index("broadcast_event_id_idx", "event_id"),
+)
+
+# ---------------------------------------------------------------------------------------------
 # Follow-ups (DESIGN.md §5.2, seed 004): notify at armAt, remind once at escalateAt, unless
 # acknowledged. The sweep moves a row armed → notified → follow_up, each step one conditional
 # UPDATE committed with the event it records.

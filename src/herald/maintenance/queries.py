@@ -86,6 +86,9 @@ async def delete_aged_reminder_runs(conn: AsyncConnection, *, days: int, limit: 
 
 async def delete_settled_broadcasts(conn: AsyncConnection, *, days: int, limit: int) -> int:
     result = await conn.execute(SQL["delete_settled_broadcasts"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
 async def delete_resolved_followups(conn: AsyncConnection, *, days: int, limit: int) -> int:
     result = await conn.execute(SQL["delete_resolved_followups"], {"days": days, "limit": limit})
     return int(result.rowcount)

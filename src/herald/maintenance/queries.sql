@@ -133,6 +133,9 @@ DELETE FROM broadcast b
           FROM broadcast c
          WHERE c.settled_at < now() - make_interval(days => :days)
          ORDER BY c.settled_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_resolved_followups
 -- Follow-ups that will never send again on their own (acknowledged, not required, or reminded:
 -- follow_up is final) and have not changed for :days, at most :limit, through

@@ -269,7 +269,6 @@ async def prune_reminder_runs(
 
 
 async def prune_broadcasts(
-async def prune_followups(
     engine: AsyncEngine,
     settings: Settings,
     *,
@@ -283,6 +282,21 @@ async def prune_followups(
         settings,
         "broadcasts",
         queries.delete_settled_broadcasts,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
+async def prune_followups(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
     """Follow-ups resolved (acknowledged, not required or reminded) and untouched for
     retention_days; armed and notified ones are never aged out."""
     return await _prune_table(

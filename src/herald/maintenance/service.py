@@ -157,6 +157,7 @@ async def run_tick(
 
     async def prune_broadcasts() -> None:
         await retention.prune_broadcasts(engine, settings, report=report.retention)
+
     async def prune_followups() -> None:
         await retention.prune_followups(engine, settings, report=report.retention)
 
