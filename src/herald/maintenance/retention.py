@@ -342,10 +342,7 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts "
-            "in %d statements "
-            "%d follow-ups in %d statements "
-            "(slowest %.3f s)",
+            "%d broadcasts, %d follow-ups in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
