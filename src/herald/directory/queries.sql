@@ -54,3 +54,13 @@ SELECT :tenant_id, g.person_id, g.role_id
        AS g(person_id, role_id)
  ORDER BY g.person_id, g.role_id
     ON CONFLICT (person_id, role_id) DO NOTHING;
+
+-- name: stored_people
+-- The live people among the given external ids, looked up one by one through the
+-- (tenant_id, external_id) key: a plain `external_id = ANY(...)` lets a generic prepared plan walk
+-- the whole tenant and test each row against the array, which grows with the directory.
+SELECT p.id, p.external_id, p.full_name, p.email, p.phone, p.locale, p.timezone, p.country,
+       p.status, p.telegram_chat_id
+  FROM unnest(CAST(:external_ids AS text[])) AS wanted(external_id)
+  JOIN person p ON p.tenant_id = :tenant_id AND p.external_id = wanted.external_id
+ WHERE p.deleted_at IS NULL;

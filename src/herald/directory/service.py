@@ -73,7 +73,9 @@ __all__ = [
     "delete_person",
     "erase_person",
     "put_guardianship",
+    "put_guardianships",
     "put_membership",
+    "put_memberships",
     "upsert_group",
     "upsert_people",
     "upsert_person",
@@ -346,6 +348,33 @@ async def put_membership(
     return await queries.upsert_membership(conn, tenant_id, group_id, person_id, member_role)
 
 
+async def put_memberships(
+    conn: AsyncConnection,
+    tenant_id: str,
+    memberships: Sequence[tuple[str, str, vocabulary.MemberRole]],
+) -> int:
+    """put_membership for up to 1,000 (group, person, member role) triples in a few set-based
+    statements; returns how many are new. All or nothing: an unknown group or person raises
+    before anything is written. Each pair at most once."""
+    if len(memberships) > MAX_BATCH:
+        raise DirectoryBatchTooLarge(f"a batch holds at most {MAX_BATCH} memberships")
+    for _, _, member_role in memberships:
+        if member_role not in vocabulary.MEMBER_ROLES:
+            raise ValidationFailed(
+                f"memberRole must be one of {', '.join(vocabulary.MEMBER_ROLES)}"
+            )
+    groups = await queries.live_group_ids(conn, tenant_id, sorted({g for g, _, _ in memberships}))
+    people = await queries.live_person_ids(conn, tenant_id, sorted({p for _, p, _ in memberships}))
+    for group, person, _ in memberships:
+        if group not in groups:
+            raise GroupNotFound(f"no group {group!r}")
+        if person not in people:
+            raise PersonNotFound(f"no person {person!r}")
+    return await queries.upsert_memberships(
+        conn, tenant_id, [(groups[g], people[p], role) for g, p, role in memberships]
+    )
+
+
 async def delete_membership(
     conn: AsyncConnection, tenant_id: str, group_external_id: str, person_external_id: str
 ) -> None:
@@ -386,6 +415,26 @@ async def put_guardianship(
         conn, tenant_id, student_external_id, guardian_external_id
     )
     return await queries.upsert_guardianship(conn, tenant_id, student_id, guardian_id)
+
+
+async def put_guardianships(
+    conn: AsyncConnection, tenant_id: str, pairs: Sequence[tuple[str, str]]
+) -> int:
+    """put_guardianship for up to 1,000 (student, guardian) pairs in a few set-based
+    statements; returns how many are new. All or nothing, like put_memberships."""
+    if len(pairs) > MAX_BATCH:
+        raise DirectoryBatchTooLarge(f"a batch holds at most {MAX_BATCH} guardianships")
+    if any(student == guardian for student, guardian in pairs):
+        raise DirectoryGuardianshipSelf()
+    found = await queries.live_person_ids(
+        conn, tenant_id, sorted({x for pair in pairs for x in pair})
+    )
+    for external_id in (x for pair in pairs for x in pair):
+        if external_id not in found:
+            raise PersonNotFound(f"no person {external_id!r}")
+    return await queries.upsert_guardianships(
+        conn, tenant_id, [(found[st], found[gd]) for st, gd in pairs]
+    )
 
 
 async def delete_guardianship(
