@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -40,6 +41,8 @@ class Settings(BaseSettings):
     jwt_issuer: str | None = None
     # Clock skew tolerated on `exp`, `nbf` and `iat`.
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
+    # Browser origins answered with CORS headers, comma-separated (scheme://host[:port]).
+    cors_origins: str = ""
     kinds: str | None = None
     required_channels: str = ""
 
@@ -161,6 +164,21 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown channel(s) in HERALD_REQUIRED_CHANNELS: {unknown}")
         return value
 
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        for origin in _split(value):
+            if not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"{origin!r} in HERALD_CORS_ORIGINS is not an origin "
+                    "(scheme://host[:port], no path, no wildcard)"
+                )
+        return value
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [origin.rstrip("/") for origin in _split(self.cors_origins)]
+
     @field_validator(
         "rate_limit_send_per_key", "rate_limit_send_per_tenant", "rate_limit_per_person"
     )
@@ -260,6 +278,11 @@ class Settings(BaseSettings):
     @property
     def is_production(self) -> bool:
         return self.environment == "production"
+
+
+_ORIGIN = re.compile(
+    r"https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?/?|https?://\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?/?"
+)
 
 
 def _split(value: str) -> list[str]:

@@ -12,6 +12,7 @@ import redis.exceptions
 import sqlalchemy.exc
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -183,8 +184,24 @@ def create_app(
     for router in _routers():
         app.include_router(router)
     app.add_middleware(limits.BodySizeLimit, max_bytes=limits.MAX_BODY_BYTES)
+    _allow_origins(app, settings.cors_origin_list)
     openapi.install(app)
     return app
+
+
+def _allow_origins(app: FastAPI, origins: list[str]) -> None:
+    """CORS for the browser origins in HERALD_CORS_ORIGINS and no others; outermost, so errors,
+    refusals and preflights carry the headers too. Bearer tokens, not cookies: no credentials."""
+    if not origins:
+        return
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=origins,
+        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+        expose_headers=["Retry-After", "X-Request-Id", "Location"],
+        max_age=600,
+    )
 
 
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:
