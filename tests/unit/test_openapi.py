@@ -105,3 +105,36 @@ def test_messages_carry_no_docstring_layout() -> None:
     for cls in _all_error_classes():
         message = cls().message
         assert "\n" not in message and "  " not in message, cls
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/v1/events", "post"),
+        ("/v1/people:batch", "post"),
+        ("/v1/people/{externalId}", "put"),
+        ("/v1/me/preferences", "put"),
+    ],
+)
+def test_the_main_payloads_carry_an_example_their_model_accepts(
+    spec: dict[str, Any], path: str, method: str
+) -> None:
+    """Generated clients and the docs show these; each must be a body the server takes."""
+    from pydantic import BaseModel
+
+    from herald.directory.schemas import PeopleBatch, PersonInput
+    from herald.preferences.schemas import PreferencesUpdate
+    from herald.sending.schemas import EventCreate
+
+    models: dict[str, type[BaseModel]] = {
+        "EventCreate": EventCreate,
+        "PeopleBatch": PeopleBatch,
+        "PersonInput": PersonInput,
+        "PreferencesUpdate": PreferencesUpdate,
+    }
+    ref = spec["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+    name = ref["$ref"].rsplit("/", 1)[-1]
+    examples = spec["components"]["schemas"][name]["examples"]
+    assert examples
+    for example in examples:
+        models[name].model_validate(example)

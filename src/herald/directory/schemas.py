@@ -172,6 +172,22 @@ class _Model(BaseModel):
 class PersonInput(_Model):
     """One person as the host sees them. `roles` replaces the person's whole role set."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "fullName": "Asha Rai",
+                    "email": "asha@school.example.com",
+                    "phone": "+9779800000001",
+                    "locale": "ne",
+                    "timezone": "Asia/Kathmandu",
+                    "country": "NP",
+                    "roles": ["teacher"],
+                }
+            ]
+        }
+    )
+
     full_name: Name = None
     email: Email = None
     phone: Phone = None
@@ -192,10 +208,34 @@ class PersonInput(_Model):
 class PersonBatchItem(PersonInput):
     """A person in `POST /v1/people:batch`: the same fields plus the external id."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"externalId": "asha-rai", "fullName": "Asha Rai", "roles": ["teacher"]}]
+        }
+    )
+
     external_id: ExternalId
 
 
 class PeopleBatch(_Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "people": [
+                        {
+                            "externalId": "asha-rai",
+                            "fullName": "Asha Rai",
+                            "email": "asha@school.example.com",
+                            "locale": "ne",
+                            "timezone": "Asia/Kathmandu",
+                            "roles": ["teacher"],
+                        }
+                    ]
+                }
+            ]
+        }
+    )
     # The 1,000 cap is the service's, so the answer is 400 DIRECTORY_BATCH_TOO_LARGE, not 422.
     people: list[PersonBatchItem]
 

@@ -68,6 +68,20 @@ class PreferencesView(_Model):
 class PreferencesUpdate(_Model):
     """The whole set, replacing what is stored. A channel or cell left out means its default."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "version": 3,
+                    "channels": {"sms": False},
+                    "overrides": [
+                        {"category": "announcement", "channel": "email", "enabled": False}
+                    ],
+                }
+            ]
+        }
+    )
+
     # The version the client read: 0 when it read none.
     version: Annotated[
         int, Field(strict=True, ge=0, le=MAX_VERSION), BeforeValidator(_whole_number)
