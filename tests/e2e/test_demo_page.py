@@ -243,15 +243,25 @@ def _open_as(page: Page, dev: Dev, external_id: str, role: str) -> None:
     _wait_ready(page)
 
 
+# The inbox is Herald's <herald-inbox> element: its parts live in its (open) shadow root, which
+# Playwright's CSS locators pierce; page functions reach them through this.
+WIDGET = "document.querySelector('herald-inbox').shadowRoot"
+
+
 def _wait_ready(page: Page) -> None:
     # Going live triggers a refetch (anything before the subscription); wait for it to finish,
     # so that from here on only the live stream can move the badge.
     page.wait_for_function(
-        "() => document.getElementById('live').dataset.state === 'live'"
-        " && document.getElementById('badge').dataset.loading === 'false'"
-        " && document.getElementById('badge').dataset.count !== ''"
-        " && document.getElementById('prefs-version').textContent !== ''"
+        f"() => {{ const w = {WIDGET}; return w.getElementById('live').dataset.state === 'live'"
+        " && w.getElementById('badge').dataset.loading === 'false'"
+        " && w.getElementById('badge').dataset.count !== ''"
+        " && w.getElementById('prefs-version').textContent !== ''; }"
     )
+
+
+def _show_preferences(page: Page) -> None:
+    """The element's preferences are a tab of its panel."""
+    page.click("#tab-prefs")
 
 
 def _badge(page: Page) -> int:
@@ -273,8 +283,8 @@ def _save(page: Page, checkbox: Any) -> None:
     version = int((page.text_content("#prefs-version") or "").removeprefix("version "))
     checkbox.click()
     page.wait_for_function(
-        f"() => document.getElementById('prefs-version').textContent === 'version {version + 1}'"
-        " && document.getElementById('prefs-status').dataset.kind === 'ok'"
+        f"() => {WIDGET}.getElementById('prefs-version').textContent === 'version {version + 1}'"
+        f" && {WIDGET}.getElementById('prefs-status').dataset.kind === 'ok'"
     )
 
 
@@ -395,6 +405,7 @@ def test_preferences_persist_and_a_conflict_reloads(dev: Dev, tab: Tab) -> None:
     # The browser logs the refused save's answer; that one is the point of the test.
     with evidence(tab, "demo-page-preferences", expected=("status of 409 (Conflict)",)):
         _open_as(page, dev, *GUARDIAN)
+        _show_preferences(page)
         cell = _cell(page, "events", "email")
         cell.wait_for()
         original = cell.is_checked()
@@ -404,6 +415,7 @@ def test_preferences_persist_and_a_conflict_reloads(dev: Dev, tab: Tab) -> None:
         _save(page, cell)
         page.reload()
         _wait_ready(page)
+        _show_preferences(page)
         assert _cell(page, "events", "email").is_checked() is (not original)
         assert _cell(page, "announcement", "sms").is_checked()
 

@@ -250,9 +250,11 @@ def _routers() -> list[APIRouter]:
     from herald.scheduling.reminders import routes as admin_reminders
     from herald.secrets import routes as secrets
     from herald.sending import routes as sending
+    from herald.widget import routes as widget
 
     return [
         sending.router,
+        widget.router,
         followups.router,
         directory.router,
         secrets.router,
