@@ -383,8 +383,8 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
       this._open = true;
       this.$('panel').hidden = false;
       this.$('bell').setAttribute('aria-expanded', 'true');
-      const first = this._focusable()[0];
-      if (first) first.focus();
+      const selected = this.$('tab-inbox').getAttribute('aria-selected') === 'true' ? 'tab-inbox' : 'tab-prefs';
+      this.$(selected).focus();
     }
 
     close() {
