@@ -64,3 +64,11 @@ SELECT p.id, p.external_id, p.full_name, p.email, p.phone, p.locale, p.timezone,
   FROM unnest(CAST(:external_ids AS text[])) AS wanted(external_id)
   JOIN person p ON p.tenant_id = :tenant_id AND p.external_id = wanted.external_id
  WHERE p.deleted_at IS NULL;
+
+-- name: stored_person_roles
+-- The role codes of the given people (one array parameter, however many people).
+SELECT pr.person_id, r.code
+  FROM person_role pr
+  JOIN role r ON r.id = pr.role_id
+ WHERE pr.tenant_id = :tenant_id
+   AND pr.person_id = ANY(CAST(:person_ids AS bigint[]));
