@@ -54,7 +54,7 @@ PAGE = """<!doctype html>
 </head>
 <body>
   <h1>School portal</h1>
-  <herald-inbox api="{api}" token-provider="getHeraldToken"></herald-inbox>
+  <herald-inbox api="{api}" token-provider="getHeraldToken" {extra}></herald-inbox>
 </body>
 </html>
 """
@@ -157,10 +157,11 @@ def stack(
             timeout=10,
         )
         assert put.status_code in (200, 201), put.text
-        for lang, name in (("en", "index.html"), ("ne", "ne.html")):
-            (folder / name).write_text(
-                PAGE.format(api=stack.api_url, token=json.dumps(stack.token), lang=lang), "utf-8"
+        for lang, name, extra in (("en", "index.html", ""), ("ne", "ne.html", 'page-size="2"')):
+            page = PAGE.format(
+                api=stack.api_url, token=json.dumps(stack.token), lang=lang, extra=extra
             )
+            (folder / name).write_text(page, "utf-8")
         yield stack
     finally:
         for process in stack.processes:
@@ -402,7 +403,10 @@ def test_live_badge_reconnect_keyboard_and_safe_links(
         assert page.evaluate("window.__pwned") is None
 
 
-def test_nepali_texts_follow_the_page_lang(stack: Stack, host: tuple[str, Path], tab: Tab) -> None:
+def test_nepali_paging_and_the_capped_badge(stack: Stack, host: tuple[str, Path], tab: Tab) -> None:
+    """Texts follow the page's lang (and its changes); pages of `page-size` with Load more; the
+    badge shows 99+ from 99 or when the server flags the count capped, reading it defensively.
+    Runs after the live test: the person has four notifications by now."""
     origin, _ = host
     page = tab.page
     with evidence(tab, "widget-nepali", expected=("status of 401",)):
@@ -410,10 +414,42 @@ def test_nepali_texts_follow_the_page_lang(stack: Stack, host: tuple[str, Path],
         _wait_live(page)
         assert page.text_content("#tab-inbox") == "इनबक्स"
         assert page.text_content("#mark-all") == "सबै पढियो"
+
+        page.click("#bell")
+        assert page.locator("#inbox li.item").count() == 2
+        _tab_to(page, lambda a: a.get("id") == "more")
+        page.keyboard.press("Enter")
+        page.wait_for_function(f"() => {WIDGET}.querySelectorAll('#inbox li.item').length === 4")
+        page.wait_for_selector("#more", state="hidden")
+
         page.evaluate("document.documentElement.lang = 'en'")
         page.wait_for_function(
             f"() => {WIDGET}.getElementById('tab-inbox').textContent === 'Inbox'"
         )
+
+        counts = page.evaluate(
+            """() => { const read = customElements.get('herald-inbox').readCount;
+               return [{count: 5}, {count: '7'}, {}, null, {count: -3}, {count: 98},
+                       {count: 99}, {count: 12, capped: true}].map(read); }"""
+        )
+        assert counts == [
+            {"count": 5, "capped": False},
+            {"count": 7, "capped": False},
+            {"count": 0, "capped": False},
+            {"count": 0, "capped": False},
+            {"count": 0, "capped": False},
+            {"count": 98, "capped": False},
+            {"count": 99, "capped": True},
+            {"count": 12, "capped": True},
+        ]
+        shown = page.evaluate(
+            """() => { const w = document.querySelector('herald-inbox');
+               const read = customElements.get('herald-inbox').readCount;
+               return [{count: 98}, {count: 250}, {count: 40, capped: true}].map((c) => {
+                 w._renderCount(read(c)); return w.shadowRoot.getElementById('badge').textContent;
+               }); }"""
+        )
+        assert shown == ["98", "99+", "99+"]
 
 
 def test_an_origin_not_listed_is_refused(stack: Stack, host: tuple[str, Path], tab: Tab) -> None:
