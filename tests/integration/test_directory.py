@@ -613,3 +613,54 @@ async def test_library_functions_leave_the_commit_to_the_caller(
         await seed(conn)
     assert {r.external_id for r in await person_rows(engine, tenant)} == {"g-1", "s-1"}
     assert await role_codes_of(engine, tenant, "g-1") == {"guardian"}
+
+
+async def _count(engine: AsyncEngine, table: Any, tenant: str, live: bool = True) -> int:
+    async with engine.connect() as conn:
+        query = select(func.count()).select_from(table).where(table.c.tenant_id == tenant)
+        if live:
+            query = query.where(table.c.deleted_at.is_(None))
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def test_batch_memberships_and_guardianships_are_all_or_nothing(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    """The set-based forms the importer uses: new rows counted, a re-put revives and counts
+    nothing new, and one unknown person or a self-guardianship writes nothing of the batch."""
+    from herald.errors import DirectoryGuardianshipSelf, PersonNotFound
+
+    async with engine.begin() as conn:
+        await directory.upsert_group(conn, tenant, "7a", directory.GroupInput(name="7A"))
+        for eid in ("s1", "s2", "g1"):
+            await directory.upsert_person(conn, tenant, eid, directory.PersonInput())
+        assert (
+            await directory.put_memberships(
+                conn, tenant, [("7a", "s1", "student"), ("7a", "s2", "student")]
+            )
+            == 2
+        )
+        assert await directory.put_guardianships(conn, tenant, [("s1", "g1"), ("s2", "g1")]) == 2
+        await directory.delete_membership(conn, tenant, "7a", "s2")
+        await directory.delete_guardianship(conn, tenant, "s2", "g1")
+        # Revived and re-put: nothing new.
+        assert (
+            await directory.put_memberships(
+                conn, tenant, [("7a", "s1", "teacher"), ("7a", "s2", "student")]
+            )
+            == 0
+        )
+        assert await directory.put_guardianships(conn, tenant, [("s1", "g1"), ("s2", "g1")]) == 0
+    assert await _count(engine, s.group_membership, tenant) == 2
+    assert await _count(engine, s.guardianship, tenant) == 2
+
+    with pytest.raises(PersonNotFound):
+        async with engine.begin() as conn:
+            await directory.put_memberships(
+                conn, tenant, [("7a", "g1", "student"), ("7a", "nobody", "student")]
+            )
+    with pytest.raises(DirectoryGuardianshipSelf):
+        async with engine.begin() as conn:
+            await directory.put_guardianships(conn, tenant, [("g1", "s1"), ("g1", "g1")])
+    assert await _count(engine, s.group_membership, tenant, live=False) == 2
+    assert await _count(engine, s.guardianship, tenant, live=False) == 2
