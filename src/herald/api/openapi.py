@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from herald import vocabulary
 from herald.api import raises
@@ -83,8 +84,49 @@ def build(app: FastAPI) -> dict[str, Any]:
         for method in sorted(route.methods):
             operation = spec["paths"][route.path_format].get(method.lower())
             if operation is not None:
+                _publish_body(operation, schemas, app.state.herald.registry)
                 _declare_errors(operation, declared_errors(operation, raised))
+    if schemas:
+        spec.setdefault("components", {})["schemas"] = schemas
     return spec
+
+
+# A route that reads its JSON body itself, so that a refused field is a 400 with the feature's
+# own code naming it (never FastAPI's generic 422), still publishes the model its service applies:
+# `openapi_extra=body_of(Model)`. The document then says what the server accepts, field by field.
+_BODY_MODEL = "x-herald-body-model"
+_BODY_MODELS: dict[str, type[BaseModel]] = {}
+
+
+def body_of(model: type[BaseModel]) -> dict[str, Any]:
+    """openapi_extra for a route whose body is `model`, applied by its service."""
+    _BODY_MODELS[model.__name__] = model
+    return {_BODY_MODEL: model.__name__}
+
+
+def _publish_body(operation: dict[str, Any], schemas: dict[str, Any], registry: Registry) -> None:
+    name = operation.pop(_BODY_MODEL, None)
+    if name is None:
+        return
+    model = _BODY_MODELS[name]
+    if name not in schemas:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for nested, definition in schema.pop("$defs", {}).items():
+            schemas.setdefault(nested, definition)
+        properties = schema.get("properties", {})
+        # An audience is one of the send path's audience shapes; a kind one of the registry's.
+        if "audience" in properties:
+            schemas.setdefault("Audience", audience_schema())
+            properties["audience"] = {"$ref": "#/components/schemas/Audience"}
+        kinds = sorted(kind.name for kind in registry)
+        for field in ("kind", "reminderKind"):
+            if field in properties:
+                properties[field] = {"type": "string", "enum": kinds, "title": field}
+        schemas[name] = schema
+    operation["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+    }
 
 
 def _publish_registry(schemas: dict[str, Any], registry: Registry) -> None:
@@ -163,9 +205,8 @@ def audience_schemas() -> dict[str, dict[str, Any]]:
     return shapes
 
 
-def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
-    """EventCreate as one variant per kind: its channels, its declared variables (all required,
-    nothing else), and for a kind that carries a secret, a secretRef to one person on one channel."""
+def audience_schema() -> dict[str, Any]:
+    """Any audience the send path takes: one of the single shapes, or a compound of them."""
     shapes = audience_schemas()
     compound = {
         "type": "object",
@@ -181,7 +222,14 @@ def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
         "required": ["kind", "any"],
         "additionalProperties": False,
     }
-    audience = {"oneOf": [*shapes.values(), compound]}
+    return {"oneOf": [*shapes.values(), compound]}
+
+
+def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
+    """EventCreate as one variant per kind: its channels, its declared variables (all required,
+    nothing else), and for a kind that carries a secret, a secretRef to one person on one channel."""
+    shapes = audience_schemas()
+    audience = audience_schema()
     common = {
         name: schema
         for name, schema in base.get("properties", {}).items()
