@@ -415,11 +415,14 @@ notification_delivery = Table(
         unique=True,
         postgresql_where=text("provider_target_id IS NOT NULL AND replay_of_delivery_id IS NULL"),
     ),
-    # What the channel workers claim (R-STATE-1).
+    # What the channel workers claim (R-STATE-1), in the claim's exact order (next_attempt_at,
+    # id) within a channel: a range scan that stops after LIMIT rows at any queue depth, tied due
+    # times included (0013, docs/scaling.md).
     Index(
         "notification_delivery_due_idx",
         "channel",
         "next_attempt_at",
+        "id",
         postgresql_where=text("status = 'queued'"),
     ),
     # What the reaper reclaims (R-REAPER-1).
