@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
@@ -29,23 +28,33 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+_NEW = (
+    "CREATE INDEX CONCURRENTLY IF NOT EXISTS notification_delivery_due_next_idx "
+    "ON notification_delivery (channel, next_attempt_at, id) WHERE status = 'queued'"
+)
+_OLD = (
+    "CREATE INDEX CONCURRENTLY IF NOT EXISTS notification_delivery_due_prev_idx "
+    "ON notification_delivery (channel, next_attempt_at) WHERE status = 'queued'"
+)
+
+
+def _swap(create: str, built: str) -> None:
+    """Build the replacement without blocking writes, then swap names.
+
+    CREATE/DROP INDEX CONCURRENTLY cannot run in a transaction, so this runs in an autocommit
+    block (the migrations before it are committed first). On a populated database a plain
+    CREATE INDEX would hold off every claim, fan-out insert and outcome for the whole build.
+    IF [NOT] EXISTS makes a rerun after an interruption finish the job; an index left INVALID by
+    an interrupted concurrent build must be dropped by hand (the runbook's usual advice)."""
+    with op.get_context().autocommit_block():
+        op.execute(create)
+        op.execute("DROP INDEX CONCURRENTLY IF EXISTS notification_delivery_due_idx")
+        op.execute(f"ALTER INDEX {built} RENAME TO notification_delivery_due_idx")
+
+
 def upgrade() -> None:
-    op.drop_index("notification_delivery_due_idx", table_name="notification_delivery")
-    op.create_index(
-        "notification_delivery_due_idx",
-        "notification_delivery",
-        ["channel", "next_attempt_at", "id"],
-        unique=False,
-        postgresql_where=sa.text("status = 'queued'"),
-    )
+    _swap(_NEW, "notification_delivery_due_next_idx")
 
 
 def downgrade() -> None:
-    op.drop_index("notification_delivery_due_idx", table_name="notification_delivery")
-    op.create_index(
-        "notification_delivery_due_idx",
-        "notification_delivery",
-        ["channel", "next_attempt_at"],
-        unique=False,
-        postgresql_where=sa.text("status = 'queued'"),
-    )
+    _swap(_OLD, "notification_delivery_due_prev_idx")
