@@ -1,7 +1,7 @@
 """Channel delivery beside the anchor claim loop, claim cost by queue depth, and 1 vs 2 workers.
 
     .venv/bin/python bench/delivery.py [--deliveries 50000] [--depths 10000,1000000]
-        [--claims 50] [--workers 1,2] [--process-deliveries N] [--peer-jobs 0]
+        [--claims 50] [--workers 1,2] [--process-deliveries N] [--peer-jobs N]
 
 Everything runs in one database of its own on one server, in one run:
 
@@ -18,7 +18,8 @@ Everything runs in one database of its own on one server, in one run:
 3. Worker processes: N queued email deliveries drained by 1 and by 2 `herald worker`
    processes (mock email provider) started before the rows are committed; prints rows/s and the
    scaling factor, with the database's and the workers' CPU time over the drain.
-4. Peer (optional, --peer-jobs > 0): Procrastinate processing that many no-op jobs.
+4. Peer: Procrastinate processing as many no-op jobs with one worker (skipped with a note when
+   it is not installed, or with --peer-jobs 0).
 
 Uses HERALD_BENCH_DATABASE_URL (a server; the bench creates and drops its own databases), else
 the embedded PostgreSQL under .herald/bench. Never part of the test run's pass/fail. Figures on
@@ -92,7 +93,7 @@ def seed_people(dsn: str, n: int) -> None:
         )
 
 
-def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True) -> None:
+def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: bool = True) -> None:
     """Empty the queue, then one event with n recipients and n queued email deliveries,
     server-side. `people`: recipients are the first n people (a real send); otherwise recipients
     with no person (enough for the claim alone, and quick at a million)."""
@@ -134,8 +135,9 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True) -> None:
             "FROM notification_recipient WHERE event_id = %s",
             (tied, event_id),
         )
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
+    if vacuum:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
 
 
 async def herald_path(url: str, n: int) -> float:
@@ -279,12 +281,14 @@ def worker_processes(url: str, dsn: str, n: int, workers: int, log_dir: Path) ->
         time.sleep(8)  # start-up: imports, pools, listeners
         for p in procs:
             assert p.poll() is None, f"a worker exited at start; see {log_dir}"
-        seed_queue(dsn, n, tied=False)
         pids = [p.pid for p in procs]
         with psycopg.connect(dsn, autocommit=True) as conn:
             cpu_before, pg_before = _cpu_by_pid(pids), _cpu_by_pid(_backends(conn))
-            conn.execute("SELECT pg_notify(%s, '')", (queries.DELIVERY_CHANNEL,))
+            # The workers poll: they start on the rows the moment the seed commits, so the clock
+            # starts there (no VACUUM in between, which they would overlap).
+            seed_queue(dsn, n, tied=False, vacuum=False)
             started = time.perf_counter()
+            conn.execute("SELECT pg_notify(%s, '')", (queries.DELIVERY_CHANNEL,))
             while True:
                 left = conn.execute(
                     "SELECT count(*) FROM notification_delivery "
@@ -363,7 +367,12 @@ def main() -> None:
     parser.add_argument(
         "--process-deliveries", type=int, default=None, help="default: the same as --deliveries"
     )
-    parser.add_argument("--peer-jobs", type=int, default=0, help="Procrastinate jobs (0: skip)")
+    parser.add_argument(
+        "--peer-jobs",
+        type=int,
+        default=None,
+        help="Procrastinate no-op jobs (default: the same as --deliveries; 0: skip)",
+    )
     args = parser.parse_args()
     n = args.deliveries
     process_n = args.process_deliveries or n
@@ -434,14 +443,15 @@ def main() -> None:
             most = max(rates)
             print(f"   scaling {most} workers / 1 = {rates[most] / rates[1]:.2f}x")
 
-        if args.peer_jobs:
-            peer_seconds = asyncio.run(procrastinate_peer(server, args.peer_jobs))
+        peer_jobs = n if args.peer_jobs is None else args.peer_jobs
+        if peer_jobs:
+            peer_seconds = asyncio.run(procrastinate_peer(server, peer_jobs))
             if peer_seconds is None:
                 print("\n4. peer: procrastinate not installed (pip install procrastinate)")
             else:
                 print(
-                    f"\n4. peer: procrastinate, {args.peer_jobs:,} no-op jobs: "
-                    f"{args.peer_jobs / peer_seconds:8,.0f} jobs/s"
+                    f"\n4. peer: procrastinate, {peer_jobs:,} no-op jobs: "
+                    f"{peer_jobs / peer_seconds:8,.0f} jobs/s"
                 )
     finally:
         drop_database(server, name)
