@@ -774,8 +774,12 @@ operational_email = Table(
     CheckConstraint(
         "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
     ),
+    # In the claim's order (next_attempt_at, id): a range scan that stops after LIMIT (0013).
     Index(
-        "operational_email_due_idx", "next_attempt_at", postgresql_where=text("status = 'queued'")
+        "operational_email_due_idx",
+        "next_attempt_at",
+        "id",
+        postgresql_where=text("status = 'queued'"),
     ),
     Index(
         "operational_email_lease_idx",

@@ -54,11 +54,12 @@ RETURNING d.id, d.tenant_id;
 -- Everything the send of each claimed row needs, read under the row's tenant (row-level
 -- security). person is LEFT JOINed so an erased recipient (user_id NULL) still loads and is
 -- recorded as gone instead of vanishing (R-CHAN-5); the push token row is read now, at send
--- time, not at fan-out (R-CHAN-13).
+-- time, not at fan-out (R-CHAN-13). The event's variables come as text: every row of a broadcast
+-- carries the same document, decoded once per batch by load_send_contexts, not once per row.
 SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
        d.claimed_at,
        r.user_id, r.variables AS recipient_variables, r.locale,
-       e.kind, e.variables AS event_variables, e.action_url, e.priority,
+       e.kind, e.variables::text AS event_variables_json, e.action_url, e.priority,
        e.public_id AS event_public_id, e.origin_request_id, e.traceparent,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
