@@ -168,7 +168,7 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
 class _Calls:
     """The provider calls of one batch, counted and timed together.
 
-    The per-call metric updates and INFO line were a fifth of a worker's CPU per delivery with a
+    The per-call metric updates and INFO line were two fifths of a worker's CPU per delivery with a
     fast provider: the counter is now incremented once per outcome per group (before each
     record write and at the batch's end), the latency histogram observed from the same flush,
     and one INFO line summarises the batch. Each call's own line stays — at WARNING for a
