@@ -576,7 +576,7 @@ async def test_unread_count_is_right_with_the_transport_down(
     finally:
         await publisher.aclose()
     assert count.status_code == 200
-    assert count.json() == {"count": 3}
+    assert count.json() == {"count": 3, "capped": False}
 
 
 async def test_publisher_writes_no_durable_record(database_url: str, tenant: str) -> None:

@@ -146,7 +146,8 @@ async def list_notifications(
 
 
 async def unread_count(conn: AsyncConnection, actor: Actor) -> UnreadCount:
-    return UnreadCount(count=await queries.count_unread(conn, actor))
+    count = await queries.count_unread(conn, actor)
+    return UnreadCount(count=count, capped=count >= queries.UNREAD_COUNT_CAP)
 
 
 async def mark_read(conn: AsyncConnection, actor: Actor, notification_id: str) -> ReadReceipt:
