@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,6 +230,9 @@ Pick = Callable[[int], tuple[str, str, str | None]]
 class Figures:
     latencies_ms: list[float]
     seconds: float
+    # CPU seconds the API process spent over the run (user + system): per request, the figure
+    # that least depends on what else the machine is doing.
+    server_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -239,10 +243,16 @@ class Figures:
         return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
     def line(self, name: str) -> str:
+        cpu = self.server_cpu * 1000 / len(self.latencies_ms)
         return (
-            f"{name:34} p50 {self.pct(50):7.2f} ms  p99 {self.pct(99):7.2f} ms  "
-            f"{self.rate:8.0f} req/s  ({len(self.latencies_ms)} requests)"
+            f"{name:30} p50 {self.pct(50):7.2f} ms  p99 {self.pct(99):7.2f} ms  "
+            f"{self.rate:6.0f} req/s  API CPU {cpu:5.2f} ms/req  ({len(self.latencies_ms)} req)"
         )
+
+
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 async def drive(port: int, pick: Pick, *, clients: int, requests: int) -> Figures:
@@ -263,12 +273,18 @@ async def drive(port: int, pick: Pick, *, clients: int, requests: int) -> Figure
             if status >= 300:
                 raise RuntimeError(f"{method} {path}: {status} {body[:300]!r}")
 
+    cpu_before = cpu_seconds(SERVER_PID[0]) if SERVER_PID else 0.0
     started = time.perf_counter()
     await asyncio.gather(*(client(conn) for conn in conns))
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds(SERVER_PID[0]) - cpu_before if SERVER_PID else 0.0
     for conn in conns:
         conn.close()
-    return Figures(latencies, seconds)
+    return Figures(latencies, seconds, cpu)
+
+
+# The API process being measured (set once it is started).
+SERVER_PID: list[int] = []
 
 
 # --- the runs ---------------------------------------------------------------------------------
@@ -487,6 +503,8 @@ async def profile_run(url: str, settings: Settings, tokens: list[str], requests:
                 await http.get(path, headers=headers)
             profiler.stop()
             print(profiler.output_text(unicode=False, color=False, show_all=False))
+            flat = profiler.output_text(flat=True, show_all=True).splitlines()
+            print("\n".join(["heaviest functions by their own time:", *flat[:45]]))
     await engine.dispose()
 
 
@@ -551,6 +569,7 @@ def main() -> None:
         port = free_port()
         log_path = Path(tempfile.gettempdir()) / f"{name}-api.log"
         proc = start_api(url, secret, port, log_path)
+        SERVER_PID.append(proc.pid)
         if args.large:
             cursor = asyncio.run(large_run(port, tokens, args))
             explain_large(url, tenant, subjects[0], cursor)
