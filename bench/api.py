@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
+import psutil  # type: ignore[import-untyped]
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -311,6 +311,68 @@ async def deep_cursors(port: int, tokens: Sequence[str], pages: int) -> list[str
     return cursors
 
 
+# Frames whose inclusive share of the API process's on-CPU samples --spy reports.
+SPY_FRAMES = {
+    "HTTP server (uvicorn, h11/httptools)": ("uvicorn/protocols",),
+    "middleware: observability": ("ObservabilityMiddleware.__call__",),
+    "FastAPI dependencies (JWT included)": ("solve_dependencies",),
+    "JWT decode": ("PyJWT.decode", "decode_complete"),
+    "endpoint": ("list_notifications (herald/centre/routes.py",),
+    "transaction: pool checkout, ping, BEGIN": ("AsyncEngine.begin", "AsyncConnection.__aenter__"),
+    "liveness + tenant entry statement": ("live_actor",),
+    "list statement (execute + fetch)": ("list_page (herald/centre/queries.py",),
+    "response model + cursor": ("list_notifications (herald/centre/service.py",),
+    "JSON serialisation": ("json_response",),
+    "COMMIT": ("AsyncTransaction.__aexit__", "AsyncTransaction.commit"),
+    "event loop (uvloop/asyncio)": ("run_until_complete", "run_forever"),
+}
+
+
+async def spy(port: int, tokens: list[str], args: argparse.Namespace) -> None:
+    """py-spy's on-CPU samples of the API process while the list runs at concurrency: the share
+    of each SPY_FRAMES entry (inclusive), and the heaviest functions by their own samples."""
+    raw = Path(tempfile.gettempdir()) / f"herald-bench-spy-{uuid.uuid4().hex[:6]}.txt"
+    spy_proc = await asyncio.create_subprocess_exec(
+        "py-spy",
+        "record",
+        "--format",
+        "raw",
+        "--rate",
+        "500",
+        "--duration",
+        str(int(args.spy)),
+        "--pid",
+        str(SERVER_PID[0]),
+        "--output",
+        str(raw),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+    def listing(n: int) -> tuple[str, str, str | None]:
+        return ("GET", INBOX, tokens[n % len(tokens)])
+
+    deadline = time.monotonic() + args.spy
+    while time.monotonic() < deadline:
+        await drive(port, listing, clients=args.concurrency, requests=400)
+    _, error = await spy_proc.communicate()
+    if not raw.exists():
+        raise RuntimeError(f"py-spy recorded nothing: {error.decode()[-500:]}")
+    stacks = [line.rsplit(" ", 1) for line in raw.read_text().splitlines() if line.strip()]
+    total = sum(int(count) for _, count in stacks) or 1
+    print(f"py-spy, GET list at {args.concurrency} clients: {total} on-CPU samples of the API")
+    for name, needles in SPY_FRAMES.items():
+        hits = sum(int(c) for stack, c in stacks if any(n in stack for n in needles))
+        print(f"  {name:42} {100 * hits / total:5.1f} %")
+    own: dict[str, int] = {}
+    for stack, count in stacks:
+        leaf = stack.split(";")[-1]
+        own[leaf] = own.get(leaf, 0) + int(count)
+    print("  heaviest functions by own samples:")
+    for leaf, count in sorted(own.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"    {100 * count / total:5.1f} %  {leaf[:110]}")
+
+
 async def small_run(port: int, tokens: list[str], args: argparse.Namespace) -> None:
     def healthz(n: int) -> tuple[str, str, str | None]:
         return ("GET", "/healthz", None)
@@ -381,7 +443,7 @@ def explain_large(url: str, tenant: str, subject: str, cursor: str) -> None:
     psycopg dialect (so constants and parameters are exactly what the API sends)."""
     from herald.auth.service import Actor
     from herald.centre import queries, service
-    from herald.db.compiled import DIALECT as dialect
+    from herald.db import tenancy
 
     with psycopg.connect(libpq_url(url)) as conn:
         person_id, public_id = conn.execute(
@@ -399,25 +461,28 @@ def explain_large(url: str, tenant: str, subject: str, cursor: str) -> None:
             role_scope_kind=None,
             holds_role=False,
         )
+        params = queries.actor_params(actor)
+        page = params | {"limit": 21}
+        after_at, after_id = service.decode_cursor(cursor)
         statements = {
-            "list (first page)": queries.list_page_statement(
-                actor, limit=21, after=None, unread_only=False
+            "list (first page)": (queries._list_page(False, False), page),
+            "list (deep page)": (
+                queries._list_page(True, False),
+                page | {"after_at": after_at, "after_id": after_id},
             ),
-            "list (deep page)": queries.list_page_statement(
-                actor, limit=21, after=service.decode_cursor(cursor), unread_only=False
-            ),
-            "unread count": queries.unread_count_statement(actor),
-            "mark-read": queries.mark_read_statement(actor, public_id),
+            "unread count": (queries._unread_count(), params),
+            "mark-read": (queries._mark_read(), params | {"public_id": public_id}),
         }
-        for name, stmt in statements.items():
-            compiled = stmt.compile(dialect=dialect)
+        for name, (compiled, values) in statements.items():
             conn.execute(
                 "SELECT set_config('role', 'herald_app', true), "
                 "set_config('herald.tenant_id', %s, true)",
                 (tenant,),
             )
+            for setting, value in tenancy.INBOX_PLANNER_SETTINGS:
+                conn.execute("SELECT set_config(%s, %s, true)", (setting, value))
             rows = conn.execute(
-                f"EXPLAIN (ANALYZE, BUFFERS) {compiled}", compiled.params
+                f"EXPLAIN (ANALYZE, BUFFERS) {compiled.sql}", compiled.defaults | values
             ).fetchall()
             print(f"--- {name}")
             for (line,) in rows:
@@ -526,6 +591,9 @@ def main() -> None:
     parser.add_argument("--heavy-rows", type=int, default=5_000)
     parser.add_argument("--deep", type=int, default=50, help="pages in, for the deep page")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--spy", type=float, default=0, help="seconds of py-spy on the API under list load"
+    )
     args = parser.parse_args()
 
     server = args.database_url or embedded.start(ROOT / ".herald" / "bench")
@@ -573,6 +641,8 @@ def main() -> None:
         if args.large:
             cursor = asyncio.run(large_run(port, tokens, args))
             explain_large(url, tenant, subjects[0], cursor)
+        elif args.spy:
+            asyncio.run(spy(port, tokens, args))
         else:
             asyncio.run(small_run(port, tokens, args))
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")

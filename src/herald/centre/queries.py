@@ -280,10 +280,6 @@ def _mark_read() -> Compiled:
     )
 
 
-def mark_read_statement(actor: Actor, public_id: UUID) -> ClauseElement:
-    return _mark_read().statement.params(actor_params(actor) | {"public_id": public_id})
-
-
 async def mark_read(
     conn: AsyncConnection, actor: Actor, public_id: UUID
 ) -> tuple[UUID, datetime] | None:
@@ -306,7 +302,3 @@ def _mark_all_read() -> Compiled:
     return Compiled.of(
         update(r).where(_visible(), r.c.read_at.is_(None)).values(read_at=func.now())
     )
-
-
-def mark_all_read_statement(actor: Actor) -> ClauseElement:
-    return _mark_all_read().statement.params(actor_params(actor))
