@@ -678,6 +678,17 @@ def test_malformed_payload_is_ignored() -> None:
     assert service.decode('[{"t": "x"}]') == []
 
 
+def test_hub_builds_notices_only_for_its_own_streams() -> None:
+    """A hub parses only the notices of people with a stream in its process (issue 12: with
+    several API processes most of a batch is for other processes' streams)."""
+    payload = service.encode([_notice(person_id=n) for n in range(1, 6)])[0]
+    decoded = service.decode(payload, lambda tenant, person: person in (2, 4))
+    assert [n.person_id for n in decoded] == [2, 4]
+    assert service.decode(payload, lambda tenant, person: False) == []
+    hub = RealtimeHub(None)
+    assert hub.dispatch(payload) == 0
+
+
 def _actor(role_id: int | None, scope: str | None, holds: bool) -> Actor:
     return Actor(
         tenant_id="t1",
