@@ -145,8 +145,12 @@ def vacuum(url: str) -> None:
 # --- the API process ------------------------------------------------------------------------
 
 
-def start_api(url: str, jwt_secret: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+def start_api(
+    url: str, jwt_secret: str, port: int, log_path: Path, pool_size: int | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    if pool_size is not None:
+        env["HERALD_DB_POOL_SIZE"] = str(pool_size)
     env.update(
         HERALD_DATABASE_URL=url,
         HERALD_JWT_SECRET=jwt_secret,
@@ -590,6 +594,9 @@ def main() -> None:
     parser.add_argument("--heavy", type=int, default=20)
     parser.add_argument("--heavy-rows", type=int, default=5_000)
     parser.add_argument("--deep", type=int, default=50, help="pages in, for the deep page")
+    parser.add_argument(
+        "--pool-size", type=int, help="HERALD_DB_POOL_SIZE of the API (default: its default)"
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--spy", type=float, default=0, help="seconds of py-spy on the API under list load"
@@ -636,7 +643,7 @@ def main() -> None:
             return
         port = free_port()
         log_path = Path(tempfile.gettempdir()) / f"{name}-api.log"
-        proc = start_api(url, secret, port, log_path)
+        proc = start_api(url, secret, port, log_path, args.pool_size)
         SERVER_PID.append(proc.pid)
         if args.large:
             cursor = asyncio.run(large_run(port, tokens, args))
