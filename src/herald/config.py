@@ -122,6 +122,18 @@ class Settings(BaseSettings):
     # Operational email (R-OPMAIL-*, R-PLAT-9): its own retry budget, not the deliveries'.
     operational_email_max_attempts: int = Field(default=5, ge=1, le=100)
 
+    # Outbound webhooks to the host (issue 16). Endpoints must be https and resolve only to
+    # public addresses (SSRF): private, loopback, link-local and metadata addresses are refused
+    # at create time and again at every send, unless named here (comma-separated host names or
+    # CIDR networks). `herald dev` allows loopback (http included) so a laptop can receive them.
+    webhook_allow_loopback: bool = False
+    webhook_allowed_hosts: str = ""
+    # Attempts before a message is dead (its dead letter replayable); with the default backoff
+    # (retry_base_seconds doubling up to webhook_retry_max_seconds) 15 attempts span about a day.
+    webhook_max_attempts: int = Field(default=15, ge=1, le=100)
+    webhook_retry_max_seconds: int = Field(default=3600, ge=1, le=86_400)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+
     # Scheduler and features of DESIGN.md §5.2 (off by default; `herald dev` turns them on).
     feature_reminders: bool = False
     feature_broadcasts: bool = False

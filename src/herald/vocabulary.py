@@ -124,6 +124,7 @@ PERMISSION_MODULES: Final[tuple[str, ...]] = (
     "NotificationHistory",
     "NotificationFailure",
     "NotificationReminder",
+    "NotificationWebhook",
 )
 PERMISSION_VERBS: Final[tuple[str, ...]] = ("CREATE", "READ", "UPDATE", "DELETE", "RESTORE")
 # Broadcasts have their own verbs: APPROVE is the second person's (DESIGN.md §5.2), and a
@@ -155,6 +156,24 @@ FollowupState = Literal["armed", "notified", "follow_up", "acknowledged", "not_r
 FOLLOWUP_STATES: Final[tuple[str, ...]] = get_args(FollowupState)
 # R-FOLLOW-4: a sweeper's transition (armed → notified → follow_up) never changes openness.
 FOLLOWUP_OPEN_STATES: Final[tuple[str, ...]] = ("armed", "notified", "follow_up")
+
+# Outbound webhooks to the host (issue 16): the event types an endpoint may subscribe to, and
+# the life of one webhook message (queued → processing → sent, or back to queued with a backoff,
+# or dead with its dead letter after the last attempt).
+WebhookEventType = Literal[
+    "delivery.sent",
+    "delivery.delivered",
+    "delivery.bounced",
+    "delivery.dead",
+    "event.completed",
+    "broadcast.completed",
+    "followup.reminded",
+]
+WEBHOOK_EVENT_TYPES: Final[tuple[str, ...]] = get_args(WebhookEventType)
+# Sent by "send a test event" only; no endpoint subscribes to it.
+WEBHOOK_TEST_EVENT: Final = "webhook.test"
+WebhookMessageStatus = Literal["queued", "processing", "sent", "dead"]
+WEBHOOK_MESSAGE_STATUSES: Final[tuple[str, ...]] = get_args(WebhookMessageStatus)
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

@@ -233,6 +233,7 @@ def _routers() -> list[APIRouter]:
     from herald.scheduling.reminders import routes as admin_reminders
     from herald.secrets import routes as secrets
     from herald.sending import routes as sending
+    from herald.webhooks import routes as admin_webhooks
 
     return [
         sending.router,
@@ -250,4 +251,5 @@ def _routers() -> list[APIRouter]:
         admin_dead_letters.router,
         admin_reminders.router,
         admin_broadcasts.router,
+        admin_webhooks.router,
     ]

@@ -1028,3 +1028,78 @@ followup = Table(
     # Retention ages resolved rows by updated_at.
     Index("followup_updated_at_idx", "updated_at"),
 )
+
+# ---------------------------------------------------------------------------------------------
+# Outbound webhooks to the host (issue 16). An endpoint's signing secret must be readable to
+# sign, so it is stored Fernet-encrypted with the vault key, which lives outside the database.
+
+webhook_endpoint = Table(
+    "webhook_endpoint",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("url", Text, nullable=False),
+    Column("event_types", ARRAY(Text), nullable=False),
+    Column("description", Text),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("secret_ciphertext", LargeBinary, nullable=False),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint(
+        f"event_types <@ ARRAY{list(vocabulary.WEBHOOK_EVENT_TYPES)}::text[]", name="event_types"
+    ),
+    CheckConstraint("length(url) <= 2000", name="url_length"),
+    Index("webhook_endpoint_tenant_id_idx", "tenant_id"),
+)
+
+webhook_message = Table(
+    "webhook_message",
+    metadata,
+    _id(),
+    _tenant(),
+    # Also the `webhook-id` header: the same across every attempt and a replay, so the host can
+    # drop a second copy (Standard Webhooks).
+    _public_id(),
+    Column(
+        "endpoint_id",
+        BigInteger,
+        ForeignKey("webhook_endpoint.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("event_type", Text, nullable=False),
+    # Ids and statuses only: never content, never an address.
+    Column("payload", JSONB, nullable=False),
+    Column("status", Text, nullable=False, server_default="queued"),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    Column("claimed_at", TZ),
+    Column("lease_expires_at", TZ),
+    Column("sent_at", TZ),
+    Column("dead_at", TZ),
+    Column("last_error", Text),
+    Column("response_status", Integer),
+    _created_at(),
+    vocab_check("status", vocabulary.WEBHOOK_MESSAGE_STATUSES, "status"),
+    vocab_check(
+        "event_type", (*vocabulary.WEBHOOK_EVENT_TYPES, vocabulary.WEBHOOK_TEST_EVENT), "event_type"
+    ),
+    CheckConstraint("(claimed_at IS NULL) = (lease_expires_at IS NULL)", name="lease_pair"),
+    CheckConstraint(
+        "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
+    ),
+    CheckConstraint("status <> 'sent' OR sent_at IS NOT NULL", name="sent_at_when_sent"),
+    CheckConstraint("status <> 'dead' OR dead_at IS NOT NULL", name="dead_at_when_dead"),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
+    Index("webhook_message_endpoint_id_idx", "endpoint_id"),
+    # What the webhook sender claims.
+    Index("webhook_message_due_idx", "next_attempt_at", postgresql_where=text("status = 'queued'")),
+    # What the sender reclaims when a worker died holding a message.
+    Index(
+        "webhook_message_lease_idx",
+        "lease_expires_at",
+        postgresql_where=text("status = 'processing'"),
+    ),
+    # Retention ages sent messages by created_at.
+    Index("webhook_message_sent_idx", "created_at", postgresql_where=text("status = 'sent'")),
+)

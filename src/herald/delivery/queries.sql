@@ -86,7 +86,25 @@ WITH u AS (
       FROM u, notification_recipient r
      WHERE d.id = u.id AND r.id = d.recipient_id
        AND d.status = 'processing' AND d.claimed_at = u.claimed_at
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
+              d.event_id
+), hooks AS (
+    -- delivery.sent / delivery.dead to the host's subscribed webhook endpoints, in this same
+    -- statement (the outbox; herald.webhooks): nothing is inserted for a tenant without one.
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT done.tenant_id, w.id, 'delivery.' || done.status,
+           jsonb_build_object(
+               'type', 'delivery.' || done.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', done.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', done.channel, 'status', done.status, 'attempts', done.attempts,
+                   'errorCode', split_part(done.last_error, ' ', 1))))
+      FROM done
+      JOIN webhook_endpoint w ON w.tenant_id = done.tenant_id AND w.enabled
+                             AND ('delivery.' || done.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = done.event_id
+     WHERE done.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT done.tenant_id, 'notification.' || done.channel, 'channel_send', done.public_id::text,
@@ -142,7 +160,24 @@ WITH expired AS (
              ORDER BY c.lease_expires_at
              LIMIT :limit
                FOR UPDATE SKIP LOCKED)
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
+              d.event_id
+), hooks AS (
+    -- delivery.dead to the host's subscribed webhook endpoints (herald.webhooks).
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT expired.tenant_id, w.id, 'delivery.' || expired.status,
+           jsonb_build_object(
+               'type', 'delivery.' || expired.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', expired.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', expired.channel, 'status', expired.status, 'attempts', expired.attempts,
+                   'errorCode', split_part(expired.last_error, ' ', 1))))
+      FROM expired
+      JOIN webhook_endpoint w ON w.tenant_id = expired.tenant_id AND w.enabled
+                             AND ('delivery.' || expired.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = expired.event_id
+     WHERE expired.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT tenant_id, 'notification.' || channel, 'channel_send', public_id::text,

@@ -84,6 +84,9 @@ def dev_settings(settings: Settings, state: DevState) -> Settings:
     for flag in ("feature_reminders", "feature_broadcasts"):
         if flag not in settings.model_fields_set:
             update[flag] = True
+    # Webhooks to a receiver on the same laptop (http://127.0.0.1:…).
+    if "webhook_allow_loopback" not in settings.model_fields_set:
+        update["webhook_allow_loopback"] = True
     # The attendance loop is watched live: sweep follow-ups every 2 s unless told otherwise.
     if settings.followup_sweep_seconds is None:
         update["followup_sweep_seconds"] = DEMO_SWEEP_SECONDS

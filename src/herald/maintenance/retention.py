@@ -51,6 +51,7 @@ class RetentionReport:
     reminder_runs: int = 0
     broadcasts: int = 0
     followups: int = 0
+    webhook_messages: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -72,6 +73,7 @@ class RetentionReport:
             + self.reminder_runs
             + self.broadcasts
             + self.followups
+            + self.webhook_messages
         )
 
 
@@ -311,6 +313,28 @@ async def prune_followups(
     )
 
 
+async def prune_webhook_messages(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Webhook messages sent more than retention_days ago. Queued, processing and dead ones stay
+    (a dead one's dead letter names it, and dead letters are never trimmed by age)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "webhook_messages",
+        queries.delete_sent_webhook_messages,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -330,6 +354,7 @@ async def run_retention(
         prune_reminder_runs,
         prune_broadcasts,
         prune_followups,
+        prune_webhook_messages,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -342,7 +367,7 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts, %d follow-ups in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d webhook messages in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -353,6 +378,7 @@ def log_report(report: RetentionReport) -> None:
             report.reminder_runs,
             report.broadcasts,
             report.followups,
+            report.webhook_messages,
             report.statements,
             report.slowest_statement_seconds,
         )

@@ -36,6 +36,7 @@ from herald.runtime import outages
 from herald.runtime.presence import Presence
 from herald.secrets.vault import Vault, build_vault
 from herald.sending.queries import FANOUT_CHANNEL
+from herald.webhooks import worker as webhooks
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,20 @@ async def run_worker(
                 )
                 for n in range(LOOPS_PER_CHANNEL)
             )
+    webhook_client = webhooks.build_client(settings) if channels else None
+    if webhook_client is not None:
+        # Signed webhooks to the host (issue 16): polled, no NOTIFY of their own.
+        client = webhook_client
+
+        async def webhooks_once() -> bool:
+            return await webhooks.send_batch(engine, settings, client, tenant_id=tenant_id) > 0
+
+        tasks.append(
+            asyncio.create_task(
+                _loop("webhook sender", webhooks_once, asyncio.Event(), stop, settings),
+                name="herald-webhooks",
+            )
+        )
     if maintenance:
         tasks.append(
             asyncio.create_task(
@@ -141,6 +156,8 @@ async def run_worker(
         for wake in wakes.values():
             wake.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if webhook_client is not None:
+            await webhook_client.aclose()
         if own_providers:
             await close_providers(providers)
         await vault.aclose()
