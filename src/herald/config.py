@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     smtp_starttls: bool = True
     resend_api_key: str | None = None
     resend_base_url: str = "https://api.resend.com"
+    # Resend's webhook signing secret (whsec_…): delivery receipts at /v1/providers/resend/events
+    # are verified with it; unset, that route answers 404.
+    resend_webhook_secret: str | None = None
 
     # SMS.
     sms_provider: Literal["aakash", "twilio", "mock"] | None = None
@@ -80,6 +83,9 @@ class Settings(BaseSettings):
     twilio_auth_token: str | None = None
     twilio_from: str | None = None
     twilio_base_url: str = "https://api.twilio.com"
+    # The public URL of /v1/providers/twilio/status as Twilio calls it (behind a proxy Herald
+    # sees another): sent as each message's StatusCallback and used to check X-Twilio-Signature.
+    twilio_status_callback_url: str | None = None
 
     # Push.
     push_provider: Literal["fcm", "mock"] | None = None

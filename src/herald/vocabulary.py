@@ -44,6 +44,9 @@ DeliveryStatus = Literal[
     "processing",
     "sent",
     "delivered",
+    # Final: the provider reported the message undeliverable after accepting it (an email hard
+    # bounce, an SMS undelivered); last_error carries the provider's code.
+    "bounced",
     "failed",
     "dead",
     "cancelled",
@@ -174,6 +177,9 @@ WEBHOOK_EVENT_TYPES: Final[tuple[str, ...]] = get_args(WebhookEventType)
 WEBHOOK_TEST_EVENT: Final = "webhook.test"
 WebhookMessageStatus = Literal["queued", "processing", "sent", "dead"]
 WEBHOOK_MESSAGE_STATUSES: Final[tuple[str, ...]] = get_args(WebhookMessageStatus)
+
+# Channels whose addresses a hard bounce marks undeliverable (undeliverable_address).
+UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email",)
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

@@ -124,6 +124,11 @@ VOCAB_CHECKS = {
     ): vocabulary.ATTEMPT_OUTCOMES,
     ("reminder_run", "reminder_run_state_check"): vocabulary.REMINDER_RUN_STATES,
     ("reminder_schedule", "reminder_schedule_audience_kind_check"): vocabulary.AUDIENCE_KINDS,
+    ("webhook_message", "webhook_message_status_check"): vocabulary.WEBHOOK_MESSAGE_STATUSES,
+    (
+        "undeliverable_address",
+        "undeliverable_address_channel_check",
+    ): vocabulary.UNDELIVERABLE_CHANNELS,
 }
 
 

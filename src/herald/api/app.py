@@ -229,6 +229,7 @@ def _routers() -> list[APIRouter]:
     from herald.observability import routes as observability
     from herald.preferences import routes as preferences
     from herald.realtime import routes as realtime
+    from herald.receipts import routes as receipts
     from herald.scheduling.broadcasts import routes as admin_broadcasts
     from herald.scheduling.reminders import routes as admin_reminders
     from herald.secrets import routes as secrets
@@ -252,4 +253,5 @@ def _routers() -> list[APIRouter]:
         admin_reminders.router,
         admin_broadcasts.router,
         admin_webhooks.router,
+        receipts.router,
     ]

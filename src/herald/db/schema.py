@@ -367,6 +367,7 @@ notification_delivery = Table(
     Column("failed_at", TZ),
     Column("skipped_at", TZ),
     Column("dead_at", TZ),
+    Column("bounced_at", TZ),
     Column("last_error", Text),
     Column("destination_hint", Text),
     Column("rendered_title", Text),
@@ -394,6 +395,9 @@ notification_delivery = Table(
         name="sent_at_when_sent",
     ),
     CheckConstraint("status <> 'dead' OR dead_at IS NOT NULL", name="dead_at_when_dead"),
+    CheckConstraint(
+        "status <> 'bounced' OR bounced_at IS NOT NULL", name="bounced_at_when_bounced"
+    ),
     CheckConstraint(
         "attempts >= 0 AND failure_count >= 0 AND lease_expiry_count >= 0", name="counters"
     ),
@@ -446,6 +450,12 @@ notification_delivery = Table(
         "channel",
         "queued_at",
         postgresql_where=text("status = 'skipped_unconfigured'"),
+    ),
+    # A provider's delivery receipt finds its delivery by the provider's message id.
+    Index(
+        "notification_delivery_provider_message_idx",
+        "provider_message_id",
+        postgresql_where=text("provider_message_id IS NOT NULL"),
     ),
 )
 
@@ -1102,4 +1112,23 @@ webhook_message = Table(
     ),
     # Retention ages sent messages by created_at.
     Index("webhook_message_sent_idx", "created_at", postgresql_where=text("status = 'sent'")),
+)
+
+# An address a provider reported permanently undeliverable (an email hard bounce): later sends to
+# it are skipped_no_destination until the host changes the address. Only a hash of the address
+# is kept (sha256 of the trimmed, lower-cased address), never the address.
+undeliverable_address = Table(
+    "undeliverable_address",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("channel", Text, nullable=False),
+    Column("address_hash", String(64), nullable=False),
+    Column("reason", Text, nullable=False),
+    # The delivery whose receipt marked it (no foreign key: retention may delete it first).
+    Column("delivery_public_id", UUID(as_uuid=True)),
+    _created_at(),
+    UniqueConstraint("tenant_id", "channel", "address_hash"),
+    vocab_check("channel", vocabulary.UNDELIVERABLE_CHANNELS, "channel"),
+    Index("undeliverable_address_created_at_idx", "created_at"),
 )

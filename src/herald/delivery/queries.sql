@@ -33,7 +33,14 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
        e.public_id AS event_public_id, e.origin_request_id, e.traceparent,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
-       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active
+       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
+       -- A hard bounce marked this email address undeliverable (herald.receipts): one probe of
+       -- the (tenant, channel, hash) key, for email rows only.
+       (d.channel = 'email' AND p.email IS NOT NULL AND EXISTS (
+            SELECT 1 FROM undeliverable_address u
+             WHERE u.tenant_id = d.tenant_id AND u.channel = 'email'
+               AND u.address_hash = encode(sha256(convert_to(lower(btrim(p.email)), 'UTF8')), 'hex')))
+           AS email_undeliverable
   FROM notification_delivery d
   JOIN notification_recipient r ON r.id = d.recipient_id
   JOIN notification_event e ON e.id = d.event_id

@@ -163,6 +163,18 @@ DELETE FROM webhook_message m
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_aged_undeliverable_addresses
+-- Undeliverable marks older than :days, at most :limit, through
+-- undeliverable_address_created_at_idx: after that long the address is tried again.
+DELETE FROM undeliverable_address a
+ WHERE a.id IN (
+        SELECT c.id
+          FROM undeliverable_address c
+         WHERE c.created_at < now() - make_interval(days => :days)
+         ORDER BY c.created_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_finished_operational_emails
 -- Operational emails that are done (sent or skipped) and older than :days. A dead one stays: its
 -- dead letter names it by job_id, and dead letters are never trimmed by age (R-DLQ-18).

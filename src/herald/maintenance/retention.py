@@ -52,6 +52,7 @@ class RetentionReport:
     broadcasts: int = 0
     followups: int = 0
     webhook_messages: int = 0
+    undeliverable_addresses: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -74,6 +75,7 @@ class RetentionReport:
             + self.broadcasts
             + self.followups
             + self.webhook_messages
+            + self.undeliverable_addresses
         )
 
 
@@ -335,6 +337,27 @@ async def prune_webhook_messages(
     )
 
 
+async def prune_undeliverable_addresses(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Addresses marked undeliverable more than retention_days ago are tried again."""
+    return await _prune_table(
+        engine,
+        settings,
+        "undeliverable_addresses",
+        queries.delete_aged_undeliverable_addresses,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -355,6 +378,7 @@ async def run_retention(
         prune_broadcasts,
         prune_followups,
         prune_webhook_messages,
+        prune_undeliverable_addresses,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -367,7 +391,8 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts, %d follow-ups, %d webhook messages in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses "
+            "in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -379,6 +404,7 @@ def log_report(report: RetentionReport) -> None:
             report.broadcasts,
             report.followups,
             report.webhook_messages,
+            report.undeliverable_addresses,
             report.statements,
             report.slowest_statement_seconds,
         )
