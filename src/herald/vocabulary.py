@@ -38,6 +38,7 @@ SKIPPED_STATUSES: Final[tuple[str, ...]] = (
     "skipped_no_destination",
     "skipped_unconfigured",
     "skipped_recipient_gone",
+    "skipped_throttled",
 )
 DeliveryStatus = Literal[
     "queued",
@@ -55,10 +56,16 @@ DeliveryStatus = Literal[
     "skipped_no_destination",
     "skipped_unconfigured",
     "skipped_recipient_gone",
+    # Digests (issue 16): `held` waits for its kind's digest window; `digested` is final, carried
+    # by the digest delivery named in digest_delivery_id.
+    "held",
+    "digested",
+    # Throttle (issue 16): past the per-person, per-category cap on a paid channel.
+    "skipped_throttled",
 ]
 DELIVERY_STATUSES: Final[tuple[str, ...]] = get_args(DeliveryStatus)
 # Statuses in which a delivery still has work ahead of it (retention never touches these).
-IN_FLIGHT_STATUSES: Final[tuple[str, ...]] = ("queued", "processing", "failed")
+IN_FLIGHT_STATUSES: Final[tuple[str, ...]] = ("queued", "processing", "failed", "held")
 
 AudienceKind = Literal[
     "users",

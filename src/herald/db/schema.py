@@ -368,6 +368,9 @@ notification_delivery = Table(
     Column("skipped_at", TZ),
     Column("dead_at", TZ),
     Column("bounced_at", TZ),
+    # A `digested` row: the digest delivery that carried it (no foreign key: retention deletes
+    # by event, and the digest's event is another one).
+    Column("digest_delivery_id", BigInteger),
     Column("last_error", Text),
     Column("destination_hint", Text),
     Column("rendered_title", Text),
@@ -397,6 +400,9 @@ notification_delivery = Table(
     CheckConstraint("status <> 'dead' OR dead_at IS NOT NULL", name="dead_at_when_dead"),
     CheckConstraint(
         "status <> 'bounced' OR bounced_at IS NOT NULL", name="bounced_at_when_bounced"
+    ),
+    CheckConstraint(
+        "(status = 'digested') = (digest_delivery_id IS NOT NULL)", name="digested_pair"
     ),
     CheckConstraint(
         "attempts >= 0 AND failure_count >= 0 AND lease_expiry_count >= 0", name="counters"
@@ -450,6 +456,12 @@ notification_delivery = Table(
         "channel",
         "queued_at",
         postgresql_where=text("status = 'skipped_unconfigured'"),
+    ),
+    # What the digest sweeper groups: rows waiting for their kind's digest window.
+    Index(
+        "notification_delivery_held_idx",
+        "queued_at",
+        postgresql_where=text("status = 'held'"),
     ),
     # A provider's delivery receipt finds its delivery by the provider's message id.
     Index(

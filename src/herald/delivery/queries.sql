@@ -251,7 +251,7 @@ RETURNING d.id;
 
 -- name: cancel_unclaimed_deliveries
 -- A cancelled broadcast (DESIGN.md §5.2, §7): at most :limit of its event's deliveries that no
--- worker holds — queued, or failed and waiting for a retry — become `cancelled`, through the
+-- worker holds — queued, held for a digest, or failed and waiting for a retry — become `cancelled`, through the
 -- (event_id, status) index. SKIP LOCKED leaves a row a worker is claiming at this instant to that
 -- worker: it becomes processing (a call in flight, left to finish and be recorded) or, if the
 -- claim rolls back, stays queued for the next statement. `cancelled` is final: the claim takes
@@ -261,7 +261,7 @@ UPDATE notification_delivery d
  WHERE d.id IN (
         SELECT c.id
           FROM notification_delivery c
-         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed')
+         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed', 'held')
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
@@ -270,4 +270,4 @@ UPDATE notification_delivery d
 -- through the (event_id, status) index: three short range probes, never a scan of the event.
 SELECT EXISTS (
         SELECT 1 FROM notification_delivery
-         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed')) AS busy;
+         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed', 'held')) AS busy;

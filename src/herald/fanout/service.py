@@ -250,7 +250,9 @@ def _plan_delivery(
             rows.add(recipient_id, channel, "queued", target_id=token_id)
         return
     # Remote channels are rendered at send time, after the secret is resolved (R-SECRET-4).
-    rows.add(recipient_id, channel, "queued")
+    # A kind with a digest on this channel waits for its window (herald.digests).
+    held = kind.digest is not None and channel in kind.digest.channels
+    rows.add(recipient_id, channel, "held" if held else "queued")
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

@@ -28,6 +28,7 @@ from herald.config import Settings
 from herald.db.engine import libpq_url
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, deliver_batch
+from herald.digests import service as digests
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
@@ -138,6 +139,8 @@ async def run_worker(
                 name="herald-webhooks",
             )
         )
+    if channels and digests.windows(registry):
+        tasks.append(asyncio.create_task(_digests(engine, registry, stop), name="herald-digests"))
     if maintenance:
         tasks.append(
             asyncio.create_task(
@@ -213,6 +216,24 @@ async def _maintenance(
             else:
                 log.exception("maintenance tick failed")
         await _sleep_until(None, stop, interval)
+
+
+# How often the digest sweeper looks for groups whose window has passed: a digest goes out at
+# most this long after its window, and the grouping query runs this rarely.
+DIGEST_SWEEP_SECONDS = 10.0
+
+
+async def _digests(engine: AsyncEngine, registry: Registry, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            await digests.sweep(engine, registry)
+        except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is not None:
+                outages.state(dependency).failed(exc)
+            else:
+                log.exception("digest sweep failed; its groups stay held and are retried")
+        await _sleep_until(None, stop, DIGEST_SWEEP_SECONDS)
 
 
 async def _sleep_until(wake: asyncio.Event | None, stop: asyncio.Event, seconds: float) -> None:
