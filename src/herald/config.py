@@ -128,6 +128,11 @@ class Settings(BaseSettings):
     # Operational email (R-OPMAIL-*, R-PLAT-9): its own retry budget, not the deliveries'.
     operational_email_max_attempts: int = Field(default=5, ge=1, le=100)
 
+    # Throttle (issue 16): at most this many SMS per person per category within the window;
+    # past it, SMS deliveries are skipped_throttled. 0: off. Security and account are exempt.
+    throttle_sms_per_category: int = Field(default=0, ge=0, le=10_000)
+    throttle_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+
     # Outbound webhooks to the host (issue 16). Endpoints must be https and resolve only to
     # public addresses (SSRF): private, loopback, link-local and metadata addresses are refused
     # at create time and again at every send, unless named here (comma-separated host names or

@@ -67,6 +67,9 @@ async def prepare(
     ):
         return Prepared(context, skip="skipped_recipient_gone")
 
+    if context.get("throttled"):
+        return Prepared(context, skip="skipped_throttled")  # herald.throttle
+
     kind = registry.get(context["kind"])
     if kind is None or channel not in kind.channels:
         return Prepared(context, skip="skipped_no_template")
