@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import pytest
 from cryptography.fernet import Fernet
 from httpx import AsyncClient
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from svix.webhooks import Webhook as SvixWebhook
 
@@ -281,3 +281,27 @@ async def test_erasure_forgets_the_undeliverable_mark(
         await directory.erase_person(conn, tenant, "g0")
     async with engine.connect() as conn:
         assert (await conn.execute(count)).scalar_one() == 0
+
+
+async def test_a_receipt_ahead_of_the_recorder_is_refused_for_a_retry(
+    client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str, vault: Vault
+) -> None:
+    """The provider answered, its receipt arrived, the outcome is not written yet: 409, so Svix
+    sends it again, and nothing changes meanwhile."""
+    email_id = f"re_{uuid.uuid4().hex}"
+    row = await sent_email(engine, tenant, vault, settings, email_id)
+    d = s.notification_delivery
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(d)
+            .where(d.c.id == row["id"])
+            .values(
+                status="processing",
+                claimed_at=func.now(),
+                lease_expires_at=func.now() + text("interval '1 minute'"),
+            )
+        )
+    answer = await post_resend(client, "email.delivered", email_id)
+    assert answer.status_code == 409
+    assert answer.json()["error"]["code"] == "PROVIDER_RECEIPT_EARLY"
+    assert (await delivery_rows(engine, tenant))[0]["status"] == "processing"

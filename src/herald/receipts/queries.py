@@ -6,8 +6,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import schema as s
 from herald.db import sqlfile
 
 SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
@@ -45,3 +47,9 @@ async def mark_undeliverable(
             "delivery_public_id": delivery_public_id,
         },
     )
+
+
+async def delivery_status(conn: AsyncConnection, delivery_id: int) -> str | None:
+    d = s.notification_delivery
+    row = (await conn.execute(select(d.c.status).where(d.c.id == delivery_id))).first()
+    return str(row.status) if row else None

@@ -36,7 +36,7 @@ from svix.webhooks import WebhookVerificationError
 from herald.channels.base import bounded_detail
 from herald.config import Settings
 from herald.db import tenancy
-from herald.errors import NotFound, Unauthenticated, ValidationFailed
+from herald.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
 from herald.receipts import queries
 from herald.webhooks import service as webhooks
 
@@ -55,6 +55,12 @@ class ReceiptsNotConfigured(NotFound):
     """This provider's delivery receipts are not configured."""
 
     code = "PROVIDER_RECEIPTS_NOT_CONFIGURED"
+
+
+class ReceiptTooEarly(Conflict):
+    """The delivery's send is still being recorded; send the receipt again later."""
+
+    code = "PROVIDER_RECEIPT_EARLY"
 
 
 class ReceiptMalformed(ValidationFailed):
@@ -192,6 +198,10 @@ async def apply(conn: AsyncConnection, receipt: Receipt) -> Applied:
     await tenancy.enter_tenant(conn, tenant_id)
     moved = await queries.apply_receipt(conn, delivery_id, receipt.status, receipt.code)
     if moved is None:
+        if await queries.delivery_status(conn, delivery_id) == "processing":
+            # A fast provider beat the recorder (the call returned, its outcome is not written
+            # yet): a 409 makes a retrying sender (Svix) bring it back instead of losing it.
+            raise ReceiptTooEarly()
         return Applied("ignored")
     if receipt.hard and receipt.channel == "email":
         await queries.mark_undeliverable(
