@@ -50,9 +50,13 @@ from herald.webhooks import worker as webhooks  # noqa: E402
 
 
 class _Quiet(BaseHTTPRequestHandler):
+    # Keep-alive, as a real receiver would: the figure is then the sender's, not TCP setup's.
+    protocol_version = "HTTP/1.1"
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         self.send_response(204)
+        self.send_header("content-length", "0")
         self.end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
