@@ -27,6 +27,9 @@ from herald.errors import ValidationFailed
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_URL_LENGTH = 2000
+# A name that does not resolve within this long is refused as unresolvable (a request never
+# hangs on a slow resolver; a send is bounded by its own timeout as well).
+RESOLVE_TIMEOUT_SECONDS = 5.0
 
 
 class WebhookUrlInvalid(ValidationFailed):
@@ -143,8 +146,9 @@ async def _addresses(host: str, port: int) -> list[IPAddress]:
         pass
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
+        async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, TimeoutError):
         raise WebhookUrlUnresolvable() from None
     found: list[IPAddress] = []
     for info in infos:

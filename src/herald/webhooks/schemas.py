@@ -12,6 +12,8 @@ from pydantic.alias_generators import to_camel
 from herald.vocabulary import WebhookEventType
 
 MAX_DESCRIPTION = 500
+# The shape only; herald.webhooks.destination judges scheme, credentials and addresses.
+URL_PATTERN = r"^https?://[^\s]+$"
 
 
 class _Model(BaseModel):
@@ -19,14 +21,14 @@ class _Model(BaseModel):
 
 
 class WebhookEndpointIn(_Model):
-    url: str = Field(min_length=1, max_length=2000)
+    url: str = Field(min_length=1, max_length=2000, pattern=URL_PATTERN)
     event_types: list[WebhookEventType] = Field(min_length=1, max_length=20)
     description: str | None = Field(default=None, max_length=MAX_DESCRIPTION)
     enabled: bool = True
 
 
 class WebhookEndpointPatch(_Model):
-    url: str | None = Field(default=None, min_length=1, max_length=2000)
+    url: str | None = Field(default=None, min_length=1, max_length=2000, pattern=URL_PATTERN)
     event_types: list[WebhookEventType] | None = Field(default=None, min_length=1, max_length=20)
     description: str | None = Field(default=None, max_length=MAX_DESCRIPTION)
     enabled: bool | None = None
