@@ -406,3 +406,57 @@ async def test_crud_rotate_test_event_audit_and_permissions(
     assert deleted.status_code == 204
     assert (await client.get(f"{BASE}/{endpoint_id}", headers=headers)).status_code == 404
     assert [m["endpoint_id"] for m in await messages(engine, tenant)] == []
+
+
+async def test_followup_reminded_and_reaper_dead_are_emitted(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    settings: Settings,
+    tenant: str,
+    registry: Any,
+    receiver: Receiver,
+) -> None:
+    """The outbox beyond the recorder: a follow-up's reminder and a delivery the reaper kills
+    each write their message in the same transaction."""
+    from herald.delivery import service as delivery
+    from herald.delivery.queries import claim_due_deliveries
+    from tests.integration.test_followups import _arm, _nudge, _row, _sweep
+
+    headers = await admin_key_headers(engine, tenant)
+    await create_endpoint(client, headers, receiver.url, ["followup.reminded", "delivery.dead"])
+    await _arm(engine, tenant, "absence:1", delay=3600)
+    await _nudge(engine, tenant, "absence:1", "arm_at")
+    await _sweep(engine, registry)
+    assert await messages(engine, tenant) == []  # notified: not subscribed, nothing
+    await _nudge(engine, tenant, "absence:1", "escalate_at")
+    await _sweep(engine, registry)
+    [reminded] = await messages(engine, tenant)
+    row = await _row(engine, tenant, "absence:1")
+    assert reminded["event_type"] == "followup.reminded"
+    assert reminded["payload"]["data"] == {
+        "followupKey": "absence:1",
+        "cycle": 1,
+        "eventId": str(row["reminder_event_id"]),
+    }
+
+    other = f"{tenant}-r"
+    other_headers = await admin_key_headers(engine, other)
+    await create_endpoint(client, other_headers, receiver.url, ["delivery.dead"])
+    queued = await email_delivery(engine, other)
+    async with engine.begin() as conn:
+        assert await claim_due_deliveries(conn, "email", 10, 60, other)
+    d = s.notification_delivery
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(d)
+            .where(d.c.id == queued["id"])
+            .values(
+                attempts=settings.max_attempts,
+                lease_expires_at=func.now() - timedelta(seconds=1),
+            )
+        )
+        await delivery.reclaim_expired_leases(conn, max_attempts=settings.max_attempts, limit=100)
+    [dead] = await messages(engine, other)
+    assert dead["event_type"] == "delivery.dead"
+    assert dead["payload"]["data"]["errorCode"] == "LEASE_EXPIRED"
+    assert dead["payload"]["data"]["deliveryId"] == str(queued["public_id"])
