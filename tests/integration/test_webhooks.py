@@ -7,6 +7,7 @@ Endpoints are managed over HTTP (/v1/admin/webhooks); messages are written by th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -27,10 +28,13 @@ from typing_extensions import override
 from herald.channels.base import ProviderOutcome
 from herald.config import Settings
 from herald.db import schema as s
+from herald.kinds.sample import SAMPLE_REGISTRY
 from herald.secrets.vault import TableVault, Vault
 from herald.webhooks import worker as webhooks
+from tests import seed
 from tests.integration.test_admin_history import admin_key_headers, operator_headers
 from tests.integration.test_delivery import ScriptedProvider, deliver, email_delivery
+from tests.integration.test_fanout import send_event
 
 BASE = "/v1/admin/webhooks"
 
@@ -67,6 +71,9 @@ class Receiver:
     accepted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     port: int = 0
+    # Set once `expect` distinct messages were accepted.
+    expect: int = 0
+    arrived: threading.Event = field(default_factory=threading.Event)
 
     @property
     def url(self) -> str:
@@ -83,6 +90,8 @@ class Receiver:
             if self.always_fail or self.requests <= self.fail_first:
                 return 500
             self.accepted.setdefault(headers["webhook-id"], []).append(payload)
+            if self.expect and len(self.accepted) >= self.expect:
+                self.arrived.set()
             return 200
 
 
@@ -460,3 +469,50 @@ async def test_followup_reminded_and_reaper_dead_are_emitted(
     assert dead["event_type"] == "delivery.dead"
     assert dead["payload"]["data"]["errorCode"] == "LEASE_EXPIRED"
     assert dead["payload"]["data"]["deliveryId"] == str(queued["public_id"])
+
+
+async def test_the_worker_process_loop_sends_them(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    settings: Settings,
+    tenant: str,
+    receiver: Receiver,
+) -> None:
+    """`herald worker`'s loops, as run_worker assembles them: fan-out, the email sender and the
+    webhook sender together bring event.completed and delivery.sent to the host, through a
+    refusal, each once."""
+    from herald.runtime.worker import run_worker
+
+    headers = await admin_key_headers(engine, tenant)
+    created = await create_endpoint(
+        client, headers, receiver.url, ["event.completed", "delivery.sent"]
+    )
+    receiver.secret, receiver.fail_first, receiver.expect = created["secret"], 1, 2
+    fast = settings.model_copy(update={"retry_base_seconds": 1})
+    async with engine.begin() as conn:
+        group_id = await seed.group(conn, tenant, "class-7a")
+        pupil = await seed.person(conn, tenant, "s0")
+        parent = await seed.person(conn, tenant, "g0", email="parent@example.com")
+        await seed.member(conn, tenant, group_id, pupil.id)
+        await seed.guardian(conn, tenant, pupil.id, parent.id)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(
+        run_worker(
+            fast,
+            engine,
+            SAMPLE_REGISTRY,
+            stop,
+            tenant_id=tenant,
+            providers={"email": ScriptedProvider("email")},
+            maintenance=False,
+        )
+    )
+    try:
+        await send_event(engine, tenant, channels=["email"])
+        assert await asyncio.to_thread(receiver.arrived.wait, 30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, timeout=20)
+    assert receiver.unverified == []
+    types = sorted(p["type"] for [p] in receiver.accepted.values())
+    assert types == ["delivery.sent", "event.completed"]
