@@ -218,7 +218,7 @@ async def test_failed_batch_writes_nothing(
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(fanout_queries, "insert_deliveries", broken)
+    monkeypatch.setattr(fanout_queries, "complete_fanout", broken)
     with pytest.raises(RuntimeError):
         await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=500, tenant_id=tenant)
     assert await deliveries(engine, event_id) == []
@@ -463,7 +463,7 @@ async def test_a_fanout_that_keeps_failing_is_given_up_not_retried_forever(
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug in a resolver")
 
-    monkeypatch.setattr(fanout_queries, "insert_deliveries", broken)
+    monkeypatch.setattr(fanout_queries, "complete_fanout", broken)
     for attempt in range(1, MAX_FANOUT_ATTEMPTS + 1):
         with pytest.raises(RuntimeError):
             await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=50, tenant_id=tenant)

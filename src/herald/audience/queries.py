@@ -508,6 +508,11 @@ def page_query(
     )
 
 
+async def plan_custom(conn: AsyncConnection) -> None:
+    """Plan this transaction's statements afresh each time (see select_page)."""
+    await conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+
+
 async def select_page(
     conn: AsyncConnection,
     tenant_id: str,
