@@ -926,6 +926,8 @@ broadcast = Table(
     Column("cancelled_at", TZ),
     Column("cancelled_by", Text),
     Column("completed_at", TZ),
+    # Its event's fan-out gave up (dead-lettered) and nothing it wrote is in flight any more.
+    Column("failed_at", TZ),
     # Nothing of the broadcast is left in flight: set with completion, with a cancel before
     # release, or once a cancelled release has no unclaimed or in-flight delivery left.
     Column("settled_at", TZ),
@@ -945,11 +947,12 @@ broadcast = Table(
         "state IN ('draft', 'cancelled') OR approved_by IS NOT NULL", name="approved_to_release"
     ),
     CheckConstraint(
-        "state NOT IN ('sending', 'completed') OR audience_frozen_at IS NOT NULL",
+        "state NOT IN ('sending', 'completed', 'failed') OR audience_frozen_at IS NOT NULL",
         name="frozen_when_released",
     ),
     CheckConstraint("(state = 'cancelled') = (cancelled_at IS NOT NULL)", name="cancel_pair"),
     CheckConstraint("(state = 'completed') = (completed_at IS NOT NULL)", name="completion_pair"),
+    CheckConstraint("(state = 'failed') = (failed_at IS NOT NULL)", name="failure_pair"),
     CheckConstraint("btrim(title) <> ''", name="title_not_blank"),
     CheckConstraint(
         "channels IS NULL OR (cardinality(channels) > 0 AND "
