@@ -135,7 +135,7 @@ def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
     kind = SAMPLE_REGISTRY.get("announcement.posted")
     assert kind is not None
     channels = ["in_app", "email", "push"]
-    page = audience.page_statement("t", {"kind": "all_users"}, 0, 500)
+    page = audience.page_statement("t", {"kind": "all_users"}, pagewrite.CURSOR, 500)
     statement = pagewrite.statement(
         page,
         tenant_id="t",
@@ -144,14 +144,13 @@ def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
         category=kind.category,
         channels=channels,
         kind=kind,
-        wording=pagewrite.in_app_wording(kind, dict(kind.variables), {}),
+        renders_in_app=True,
     )
-    compiled = statement.compile(
-        dialect=postgresql.psycopg.dialect(),  # type: ignore[attr-defined]
-        compile_kwargs={"render_postcompile": True},
-    )
+    wording = pagewrite.in_app_wording(kind, dict(kind.variables), {})
+    compiled = statement.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[attr-defined]
     sql = re.sub(r"%\((\w+)\)s", r":\1", str(compiled))
-    plan = generic_plan(conn, sql, dict(compiled.params))
+    values = compiled.construct_params({"fanout_after": 0, **pagewrite.wording_params(wording)})
+    plan = generic_plan(conn, sql, values)
     used = _indexes(plan)
     for index in (
         "person_live_keyset_idx",

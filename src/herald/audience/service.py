@@ -169,7 +169,7 @@ def _compound(spec: Mapping[str, Any]) -> dict[str, Any]:
 def page_statement(
     tenant_id: str,
     spec: Mapping[str, Any],
-    after_person_id: int,
+    after_person_id: queries.Cursor,
     limit: int,
     *,
     created_until: datetime | None = None,

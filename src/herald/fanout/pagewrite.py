@@ -43,6 +43,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    bindparam,
     case,
     cast,
     func,
@@ -64,6 +65,8 @@ from herald.preferences.service import category_default
 from herald.rendering.render import Override, OverrideKey, render
 
 GONE_STATUSES = ("suspended",)
+# The page's cursor: the one parameter that changes from batch to batch.
+CURSOR = bindparam("fanout_after", type_=BigInteger)
 # The locale key of the wording a recipient whose locale (and language) has no template gets.
 _FALLBACK = ""
 
@@ -113,9 +116,11 @@ def statement(
     category: str,
     channels: Sequence[str],
     kind: Kind | None,
-    wording: InAppWording | None,
+    renders_in_app: bool,
 ) -> Select[Any]:
-    """The batch's one statement (see the module docstring)."""
+    """The batch's one statement (see the module docstring). Built once per event and run page
+    after page: the page's cursor is the CURSOR parameter, the in-app wording the parameters of
+    `wording_params` (read afresh for every batch)."""
     pg = page.cte("page")
     r = s.notification_recipient
     ro = s.role
@@ -154,8 +159,8 @@ def statement(
         .returning(r.c.id, r.c.user_id, r.c.public_id, r.c.audience_role_id)
         .cte("ins_r")
     )
-    loc = _locales(pg, wording) if wording is not None and "in_app" in channels else None
-    branches = [_channel_rows(pg, ins_r, loc, wording, kind, category, ch) for ch in channels]
+    loc = _locales(pg) if renders_in_app and "in_app" in channels else None
+    branches = [_channel_rows(pg, ins_r, loc, kind, category, ch) for ch in channels]
     d = s.notification_delivery
     rows = union_all(*branches).subquery("rows") if len(branches) > 1 else branches[0].subquery()
     now = func.now()
@@ -221,18 +226,32 @@ def statement(
     )
 
 
-def _locales(pg: CTE, wording: InAppWording) -> CTE:
+def wording_params(wording: InAppWording | None) -> dict[str, Any]:
+    """The in-app wording as the statement's parameters (empty arrays when in_app is not sent)."""
+    if wording is None:
+        return {"wording_keys": [], "wording_titles": [], "wording_bodies": [],
+                "wording_versions": [], "name_sentinel": ""}  # fmt: skip
+    keys = list(wording.by_locale)
+    texts = [wording.by_locale[k] for k in keys]
+    return {
+        "wording_keys": keys,
+        "wording_titles": [t[0] if t else None for t in texts],
+        "wording_bodies": [t[1] if t else None for t in texts],
+        "wording_versions": [t[2] if t else None for t in texts],
+        "name_sentinel": wording.sentinel,
+    }
+
+
+def _locales(pg: CTE) -> CTE:
     """The page's distinct locales → their wording: the locale's own, else its language's, else
     the fallback's (rendering.render._effective_locale). A chosen locale whose wording does not
     render yields a NULL body, as render() yields None."""
-    keys = list(wording.by_locale)
-    texts = [wording.by_locale[k] for k in keys]
     table = (
         func.unnest(
-            cast(literal(keys, ARRAY(Text)), ARRAY(Text)),
-            cast(literal([t[0] if t else None for t in texts], ARRAY(Text)), ARRAY(Text)),
-            cast(literal([t[1] if t else None for t in texts], ARRAY(Text)), ARRAY(Text)),
-            cast(literal([t[2] if t else None for t in texts], ARRAY(Integer)), ARRAY(Integer)),
+            cast(bindparam("wording_keys", type_=ARRAY(Text)), ARRAY(Text)),
+            cast(bindparam("wording_titles", type_=ARRAY(Text)), ARRAY(Text)),
+            cast(bindparam("wording_bodies", type_=ARRAY(Text)), ARRAY(Text)),
+            cast(bindparam("wording_versions", type_=ARRAY(Integer)), ARRAY(Integer)),
         )
         .table_valued("key", "title", "body", "version")
         .render_derived(name="wording")
@@ -268,7 +287,6 @@ def _channel_rows(
     pg: CTE,
     ins_r: CTE,
     loc: CTE | None,
-    wording: InAppWording | None,
     kind: Kind | None,
     category: str,
     channel: str,
@@ -292,7 +310,8 @@ def _channel_rows(
             no_version.label("template_version"),
             no_text.label("rendered_hash"),
         ).select_from(base)
-    gone = pg.c.status.in_(GONE_STATUSES)
+    # Code constants, in the SQL text (no expanding parameter).
+    gone = pg.c.status.in_([literal_column(f"'{status}'", Text) for status in GONE_STATUSES])
     if kind.unsuppressible:
         allowed: ColumnElement[bool] = true()  # R-PREF-6: nothing stored can turn it off
     else:
@@ -316,11 +335,12 @@ def _channel_rows(
     content_hash: ColumnElement[Any] = no_text
     target: ColumnElement[Any] = no_target
     if channel == "in_app":
-        assert loc is not None and wording is not None
+        assert loc is not None
         base = base.outerjoin(loc, loc.c.locale == pg.c.locale)
         name = func.coalesce(pg.c.full_name, "there")
-        rendered_title = func.replace(loc.c.title, wording.sentinel, name)
-        rendered_body = func.replace(loc.c.body, wording.sentinel, name)
+        sentinel = bindparam("name_sentinel", type_=Text)
+        rendered_title = func.replace(loc.c.title, sentinel, name)
+        rendered_body = func.replace(loc.c.body, sentinel, name)
         outcome: ColumnElement[Any] = case(
             (loc.c.body.is_(None), "skipped_no_template"), else_="delivered"
         )

@@ -10,12 +10,15 @@ this module (R-REALTIME-5).
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.audience import queries as audience_queries
@@ -145,28 +148,11 @@ async def _write_page_set(
     if "in_app" in event.channels and kind is not None and "in_app" in kind.channels:
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
         wording = pagewrite.in_app_wording(kind, event.variables, await _overrides(conn, event))
-    page = audience.page_statement(
-        event.tenant_id,
-        event.audience,
-        cursor,
-        batch_size,
-        created_until=event.audience_frozen_at,
-    )
+    statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
     # The page's plan depends on the tenant and the cursor (herald.audience.queries).
     await audience_queries.plan_custom(conn)
     row = (
-        await conn.execute(
-            pagewrite.statement(
-                page,
-                tenant_id=event.tenant_id,
-                event_id=event.id,
-                occurred_at=event.occurred_at,
-                category=event.category,
-                channels=event.channels,
-                kind=kind,
-                wording=wording,
-            )
-        )
+        await conn.execute(statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)})
     ).one()
     outcome.recipients_written = int(row.recipients)
     outcome.deliveries_written = int(row.deliveries)
@@ -186,6 +172,52 @@ async def _write_page_set(
     if row.queued:
         await queries.wake_delivery_workers(conn)
     return int(row.page_size), (None if row.last_person is None else int(row.last_person))
+
+
+# Built statements by event: building one costs more than a batch's planning, and only the
+# cursor and the in-app wording change from batch to batch. Bounded; the oldest go first.
+_STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
+_STATEMENTS_KEPT = 64
+
+
+def _batch_statement(
+    event: ClaimedEvent, kind: Kind | None, batch_size: int, *, renders_in_app: bool
+) -> Select[Any]:
+    key = (
+        event.id,
+        event.tenant_id,
+        json.dumps(event.audience, sort_keys=True),
+        event.audience_frozen_at,
+        event.occurred_at,
+        event.category,
+        tuple(event.channels),
+        id(kind),
+        batch_size,
+        renders_in_app,
+    )
+    found = _STATEMENTS.get(key)
+    if found is None:
+        page = audience.page_statement(
+            event.tenant_id,
+            event.audience,
+            pagewrite.CURSOR,
+            batch_size,
+            created_until=event.audience_frozen_at,
+        )
+        found = pagewrite.statement(
+            page,
+            tenant_id=event.tenant_id,
+            event_id=event.id,
+            occurred_at=event.occurred_at,
+            category=event.category,
+            channels=event.channels,
+            kind=kind,
+            renders_in_app=renders_in_app,
+        )
+        while len(_STATEMENTS) >= _STATEMENTS_KEPT:
+            del _STATEMENTS[next(iter(_STATEMENTS))]
+        _STATEMENTS[key] = found
+    return found
 
 
 async def _write_page(
