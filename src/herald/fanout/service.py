@@ -1,11 +1,13 @@
 """The fan-out: one event → one recipient row per person → one delivery row per channel.
 
 A batch is one transaction over one keyset page of the audience (R-FANOUT-3): it re-checks the
-claim under the event's row lock, resolves the page from the stored spec (R-AUD-3), loads the
-page's preferences in two queries (R-PREF-5) and, only when in_app is requested, the kind's
-overrides (R-FANOUT-13), writes recipients and deliveries, and advances the cursor — or completes
-the event — in the same transaction (R-FANOUT-7). Realtime publishes happen after commit, outside
-this module (R-REALTIME-5).
+claim under the event's row lock, then writes the page's recipients and deliveries in ONE
+set-based statement (fanout.pagewrite: the audience page, the preferences joined in SQL, the
+in-app wording rendered once per locale — overrides read once per batch and only when in_app is
+requested, R-FANOUT-13), and advances the cursor — or completes the event — in the same
+transaction (R-FANOUT-7). A kind whose in-app template is a builder function keeps the
+row-by-row path (`_write_page`: preferences in two queries, R-PREF-5). Realtime publishes happen
+after commit, outside this module (R-REALTIME-5).
 """
 
 from __future__ import annotations
@@ -191,7 +193,9 @@ def _batch_statement(
         event.occurred_at,
         event.category,
         tuple(event.channels),
-        id(kind),
+        None
+        if kind is None
+        else (kind.name, tuple(kind.channels), kind.unsuppressible, kind.persist_rendered),
         batch_size,
         renders_in_app,
     )
