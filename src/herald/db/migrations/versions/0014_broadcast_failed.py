@@ -1,7 +1,7 @@
 """Broadcasts: a `failed` state for one whose event's fan-out gave up (issue 11).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-02 12:00:00.000000
 
 A broadcast whose fan-out was dead-lettered stayed `sending` forever. It now settles as `failed`
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
