@@ -1,0 +1,375 @@
+"""The trace: was this person in the event's audience, and what happened on each channel, in
+words an operator understands.
+
+Gate: NotificationHistory_READ, answered as the history screen answers it — without the
+permission every event and every person is "not found" (404), as is another tenant's.
+
+What each reason is read from:
+- the audience: the recipient row (written by the fan-out), else the person row's lifecycle
+  (deleted; created after a broadcast's freeze), else the event's state (not fanned out yet,
+  cancelled), else "not matched by the audience specification";
+- a delivery: its status, `last_error` (code part only) and its attempt rows. A
+  `skipped_unconfigured` row with a `skipped` attempt was handed to the mock provider, which
+  delivers nothing; one without any attempt never reached a provider because none is configured;
+- `skipped_preference`: the fan-out records the status, not the rule that decided it, so the
+  rule is recomputed from the person's preferences as they stand now (the same resolver the
+  fan-out used) and the reason says so. If the preferences now allow the channel, the reason says
+  they were changed since.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from herald.admin.history import service as history
+from herald.admin.history.service import PageParams
+from herald.admin.trace import queries
+from herald.admin.trace.queries import PersonDeliveryFilters
+from herald.admin.trace.schemas import (
+    PersonDelivery,
+    PersonDeliveryPage,
+    RecipientTrace,
+    TraceAttempt,
+    TraceDelivery,
+)
+from herald.auth.service import Operator
+from herald.errors import EventNotFound, PersonNotFound
+from herald.kinds import Registry
+from herald.preferences import queries as preference_queries
+from herald.preferences.service import category_default
+
+READ = history.READ
+
+CHANNEL_WORDS: Mapping[str, str] = {
+    "in_app": "inbox",
+    "email": "email",
+    "sms": "SMS",
+    "push": "push",
+    "telegram": "Telegram",
+}
+
+_NO_DESTINATION: Mapping[str, str] = {
+    "email": "No email address on file for this person.",
+    "sms": "No phone number on file for this person.",
+    "push": "No active push device registered for this person.",
+    "telegram": "This person has not linked Telegram, or blocked the bot.",
+    "in_app": "No destination for the inbox.",
+}
+
+
+def channel_word(channel: str) -> str:
+    return CHANNEL_WORDS.get(channel, channel)
+
+
+def error_code_of(last_error: str | None) -> str | None:
+    """The code part of `last_error` ("CODE (detail)"), never the detail."""
+    if not last_error:
+        return None
+    return last_error.split(" ", 1)[0].strip() or None
+
+
+class PreferenceView:
+    """One person's stored choices, resolved the way the fan-out resolves them (steps 2-4 of
+    herald.preferences.service), but saying which step decided."""
+
+    def __init__(
+        self,
+        switches: Mapping[str, bool],
+        overrides: Mapping[tuple[str, str], bool],
+    ) -> None:
+        self.switches = switches
+        self.overrides = overrides
+
+    @classmethod
+    async def load(cls, conn: AsyncConnection, tenant_id: str, person_id: int) -> PreferenceView:
+        stored = await preference_queries.select_person_set(conn, tenant_id, person_id)
+        return cls(stored.switches, stored.overrides)
+
+    def rule(self, category: str, channel: str) -> tuple[str, bool]:
+        """(which step decided, its answer): category | global | default."""
+        override = self.overrides.get((category, channel))
+        if override is not None:
+            return "category", override
+        switch = self.switches.get(channel)
+        if switch is not None:
+            return "global", switch
+        return "default", category_default(category, channel)
+
+    def explain(self, category: str, channel: str) -> tuple[str, str]:
+        word = channel_word(channel)
+        step, allowed = self.rule(category, channel)
+        if allowed:
+            return (
+                "preference_changed_since",
+                f"Switched off by their preferences at the time; their preferences now allow "
+                f"{word} for {category}, so they were changed since.",
+            )
+        if step == "category":
+            return (
+                "preference_category_off",
+                f"Switched off by their own setting: {word} off for {category} "
+                f"(as their preferences stand now).",
+            )
+        if step == "global":
+            return (
+                "preference_global_off",
+                f"Switched off by their own setting: {word} off for everything "
+                f"(as their preferences stand now).",
+            )
+        return (
+            "preference_default_off",
+            f"Off by Herald's default for {category} on {word}; they never switched it on "
+            f"(as their preferences stand now).",
+        )
+
+
+def delivery_reason(
+    row: Mapping[str, Any],
+    category: str,
+    preferences: PreferenceView | None,
+    registry: Registry | None = None,
+    kind: str | None = None,
+) -> tuple[str, str]:
+    """(reasonCode, reason) for one delivery row."""
+    status, channel = row["status"], row["channel"]
+    word = channel_word(channel)
+    code = error_code_of(row.get("last_error"))
+    if status == "delivered":
+        if channel == "in_app":
+            return "in_inbox", "In their inbox."
+        return "delivered", f"Delivered by the {word} provider (it confirmed delivery)."
+    if status == "sent":
+        return "sent", f"Handed to the {word} provider; no delivery receipt yet."
+    if status == "queued":
+        if row.get("replay_of_delivery_id") is not None:
+            return "queued_replay", f"A replay, waiting to be sent by {word}."
+        if row.get("attempts"):
+            return "queued_retry", f"Waiting for another try on {word} after an earlier failure."
+        return "queued", f"Waiting to be sent by {word}."
+    if status == "processing":
+        return "processing", f"Being sent by {word} right now."
+    if status == "failed":
+        return (
+            "provider_failed_will_retry",
+            f"The {word} provider refused it ({code or 'no code'}); Herald will try again.",
+        )
+    if status == "dead":
+        return (
+            "provider_failed_gave_up",
+            f"The {word} provider refused it ({code or 'no code'}) and Herald gave up after "
+            f"{row.get('attempts', 0)} attempt(s); it is in the dead letters.",
+        )
+    if status == "skipped_unconfigured":
+        if row.get("provider_was_mock"):
+            return (
+                "mock_provider",
+                f"Mock provider, not delivered: {word} is set to the mock provider, which "
+                "records messages and sends nothing. Configure a real provider and backfill "
+                "re-sends it.",
+            )
+        return (
+            "provider_unconfigured",
+            f"No provider configured for {word}; nothing was sent. Backfill re-sends it once "
+            "one is configured.",
+        )
+    if status == "skipped_no_destination":
+        return "no_destination", _NO_DESTINATION.get(channel, "No destination on file.")
+    if status == "skipped_recipient_gone":
+        return (
+            "recipient_gone",
+            "The person was suspended, limited or deleted when the message went out.",
+        )
+    if status == "skipped_no_template":
+        known = registry.get(kind) if registry is not None and kind is not None else None
+        if known is not None and channel not in known.channels:
+            return "no_template", f"This kind has no {word} wording, so {word} was not used."
+        return "no_template", f"No {word} wording for this kind in the person's language."
+    if status == "skipped_preference":
+        if preferences is None:
+            return "preference", f"Switched off by their preferences for {word}."
+        return preferences.explain(category, channel)
+    return status, status
+
+
+def _attempt(row: Mapping[str, Any]) -> TraceAttempt:
+    return TraceAttempt(
+        number=row["attempt_number"],
+        at=row["created_at"],
+        outcome=row["outcome"],
+        provider_status=row["provider_status"],
+        error_code=error_code_of(row["error_code"]),
+        retry_delay_seconds=row["retry_delay_seconds"],
+    )
+
+
+def _event_uuid(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise EventNotFound() from None
+
+
+async def readable_person(
+    conn: AsyncConnection, operator: Operator, external_id: str
+) -> dict[str, Any]:
+    if not operator.may(READ):
+        raise PersonNotFound()
+    person = await queries.find_person(conn, operator.tenant_id, external_id)
+    if person is None:
+        raise PersonNotFound()
+    return person
+
+
+def _not_recipient(event: Mapping[str, Any], person: Mapping[str, Any]) -> tuple[str, str]:
+    if event["cancelled_at"] is not None and event["fanout_claimed_at"] is None:
+        return "cancelled", "The event was cancelled before anyone was sent it."
+    if event["fanout_completed_at"] is None:
+        if event["fanout_claimed_at"] is None:
+            return "not_fanned_out", "The event has not been sent out yet."
+        return "not_fanned_out", "The event is still being sent out; this person is not done yet."
+    if person["deleted_at"] is not None:
+        return "deleted", "The person was deleted from the directory, so they were not included."
+    frozen = event["audience_frozen_at"]
+    if frozen is not None and person["created_at"] > frozen:
+        return (
+            "created_after_freeze",
+            "The person was added after this broadcast's audience was frozen "
+            "(a broadcast goes to the people who existed when it was approved for release).",
+        )
+    return (
+        "not_matched",
+        "The person was not matched by the event's audience (not in the group, role or list "
+        "the event was sent to).",
+    )
+
+
+async def trace_recipient(
+    conn: AsyncConnection,
+    operator: Operator,
+    registry: Registry,
+    event_id: str,
+    external_id: str,
+) -> RecipientTrace:
+    public_id = _event_uuid(event_id)
+    if not operator.may(READ):
+        raise EventNotFound()
+    event = await queries.find_event(conn, operator.tenant_id, public_id)
+    if event is None:
+        raise EventNotFound()
+    person = await readable_person(conn, operator, external_id)
+    recipient = await queries.find_recipient(
+        conn, operator.tenant_id, event["id"], person["public_id"]
+    )
+    if recipient is None:
+        code, words = _not_recipient(event, person)
+        return RecipientTrace(
+            event_id=event["public_id"],
+            kind=event["kind"],
+            category=event["category"],
+            external_id=external_id,
+            in_audience=False,
+            audience_reason_code=code,
+            audience_reason=words,
+            read_in_inbox=None,
+            read_at=None,
+            deliveries=[],
+        )
+    rows = await queries.recipient_deliveries(conn, operator.tenant_id, recipient["id"])
+    tried = await queries.attempts(conn, operator.tenant_id, [row["id"] for row in rows])
+    preferences = (
+        await PreferenceView.load(conn, operator.tenant_id, person["id"])
+        if any(row["status"] == "skipped_preference" for row in rows)
+        else None
+    )
+    deliveries = [
+        _trace_delivery(row, tried[row["id"]], event, preferences, registry) for row in rows
+    ]
+    return RecipientTrace(
+        event_id=event["public_id"],
+        kind=event["kind"],
+        category=event["category"],
+        external_id=external_id,
+        in_audience=True,
+        audience_reason_code="recipient",
+        audience_reason="The person was in the event's audience.",
+        read_in_inbox=recipient["read_at"] is not None,
+        read_at=recipient["read_at"],
+        deliveries=deliveries,
+    )
+
+
+def _trace_delivery(
+    row: Mapping[str, Any],
+    attempt_rows: Sequence[Mapping[str, Any]],
+    event: Mapping[str, Any],
+    preferences: PreferenceView | None,
+    registry: Registry,
+) -> TraceDelivery:
+    code, words = delivery_reason(row, event["category"], preferences, registry, event["kind"])
+    return TraceDelivery(
+        id=row["public_id"],
+        channel=row["channel"],
+        status=row["status"],
+        reason_code=code,
+        reason=words,
+        error_code=error_code_of(row["last_error"]),
+        queued_at=row["queued_at"],
+        sent_at=row["sent_at"],
+        delivered_at=row["delivered_at"],
+        failed_at=row["failed_at"],
+        skipped_at=row["skipped_at"],
+        dead_at=row["dead_at"],
+        next_attempt_at=row["next_attempt_at"] if row["status"] in ("queued", "failed") else None,
+        replay_of_delivery_id=row["replay_of_delivery_id"],
+        attempts=[_attempt(a) for a in attempt_rows],
+    )
+
+
+async def person_deliveries(
+    conn: AsyncConnection,
+    operator: Operator,
+    registry: Registry,
+    external_id: str,
+    filters: PersonDeliveryFilters,
+    page: PageParams,
+) -> PersonDeliveryPage:
+    person = await readable_person(conn, operator, external_id)
+    rows = await queries.person_deliveries(
+        conn, operator.tenant_id, person["id"], filters, after=page.after, limit=page.limit + 1
+    )
+    shown, more = rows[: page.limit], len(rows) > page.limit
+    preferences = (
+        await PreferenceView.load(conn, operator.tenant_id, person["id"])
+        if any(row["status"] == "skipped_preference" for row in shown)
+        else None
+    )
+    items = []
+    for row in shown:
+        code, words = delivery_reason(row, row["category"], preferences, registry, row["kind"])
+        items.append(
+            PersonDelivery(
+                id=row["public_id"],
+                event_id=row["event_public_id"],
+                kind=row["kind"],
+                category=row["category"],
+                occurred_at=row["occurred_at"],
+                channel=row["channel"],
+                status=row["status"],
+                reason_code=code,
+                reason=words,
+                error_code=error_code_of(row["last_error"]),
+                attempts=row["attempts"],
+                queued_at=row["queued_at"],
+                read_in_inbox=row["read_at"] is not None,
+            )
+        )
+    return PersonDeliveryPage(
+        items=items,
+        next_cursor=(
+            history.encode_cursor(shown[-1]["queued_at"], shown[-1]["id"]) if more else None
+        ),
+    )
