@@ -223,6 +223,7 @@ def _routers() -> list[APIRouter]:
     from herald.admin.templates import routes as admin_templates
     from herald.admin.trace import routes as admin_trace
     from herald.centre import routes as centre
+    from herald.console import web as console
     from herald.devices import routes as devices
     from herald.directory import routes as directory
     from herald.feed import routes as feed
@@ -250,6 +251,7 @@ def _routers() -> list[APIRouter]:
         admin_history.router,
         admin_dead_letters.router,
         admin_trace.router,
+        console.router,
         admin_reminders.router,
         admin_broadcasts.router,
     ]

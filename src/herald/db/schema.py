@@ -1034,3 +1034,26 @@ followup = Table(
     # Retention ages resolved rows by updated_at.
     Index("followup_updated_at_idx", "updated_at"),
 )
+
+# ---------------------------------------------------------------------------------------------
+# Console sessions (issue 13): an operator's JWT exchanged for a server-side session. The cookie
+# carries a random token; only its sha256 is stored, so a read of this table signs nobody in.
+# The person's active role is kept by code, and the role's permissions are read afresh on every
+# request: the session grants nothing the directory does not. Erasure removes a person's sessions
+# with the person (CASCADE); retention deletes expired ones; sign-out deletes its row.
+
+console_session = Table(
+    "console_session",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("role_code", Text),
+    _created_at(),
+    Column("expires_at", TZ, nullable=False),
+    CheckConstraint("length(token_hash) = 64", name="token_hash_sha256"),
+    CheckConstraint("expires_at > created_at", name="expires_after_created"),
+    Index("console_session_expires_at_idx", "expires_at"),
+    Index("console_session_person_id_idx", "person_id"),
+)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.config import Settings
+from herald.console import sessions
 from herald.maintenance import queries
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class RetentionReport:
     reminder_runs: int = 0
     broadcasts: int = 0
     followups: int = 0
+    console_sessions: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -72,6 +74,7 @@ class RetentionReport:
             + self.reminder_runs
             + self.broadcasts
             + self.followups
+            + self.console_sessions
         )
 
 
@@ -311,6 +314,28 @@ async def prune_followups(
     )
 
 
+async def prune_console_sessions(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Console sessions past their expiry (an expired session signs nobody in; sign-out deletes
+    its own row at once)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "console_sessions",
+        sessions.delete_expired,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -330,6 +355,7 @@ async def run_retention(
         prune_reminder_runs,
         prune_broadcasts,
         prune_followups,
+        prune_console_sessions,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -342,7 +368,7 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts, %d follow-ups in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d console sessions in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -353,6 +379,7 @@ def log_report(report: RetentionReport) -> None:
             report.reminder_runs,
             report.broadcasts,
             report.followups,
+            report.console_sessions,
             report.statements,
             report.slowest_statement_seconds,
         )

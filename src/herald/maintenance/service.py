@@ -161,6 +161,9 @@ async def run_tick(
     async def prune_followups() -> None:
         await retention.prune_followups(engine, settings, report=report.retention)
 
+    async def prune_console_sessions() -> None:
+        await retention.prune_console_sessions(engine, settings, report=report.retention)
+
     await sweep("reclaim_expired_leases", reclaim)
     if "reclaim_expired_leases" not in report.failures:  # counted once committed
         for channel in report.reclaimed_channels:
@@ -182,6 +185,7 @@ async def run_tick(
     await step("retention_reminder_runs", prune_reminder_runs)
     await step("retention_broadcasts", prune_broadcasts)
     await step("retention_followups", prune_followups)
+    await step("retention_console_sessions", prune_console_sessions)
     retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(

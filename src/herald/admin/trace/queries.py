@@ -175,3 +175,29 @@ async def person_deliveries(
 async def now(conn: AsyncConnection) -> datetime:
     moment: datetime = (await conn.execute(select(func.now()))).scalar_one()
     return moment
+
+
+async def locate_delivery(
+    conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """A delivery's event and the external id of the person it was for (None once erased)."""
+    stmt = (
+        select(
+            d.c.id,
+            d.c.public_id,
+            d.c.channel,
+            d.c.status,
+            d.c.last_error,
+            d.c.attempts,
+            e.c.public_id.label("event_public_id"),
+            p.c.external_id,
+        )
+        .select_from(
+            d.join(r, r.c.id == d.c.recipient_id)
+            .join(e, e.c.id == d.c.event_id)
+            .outerjoin(p, p.c.id == r.c.user_id)
+        )
+        .where(d.c.tenant_id == tenant_id, d.c.public_id == public_id)
+    )
+    row = (await conn.execute(stmt)).mappings().first()
+    return dict(row) if row is not None else None

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald import vocabulary
 from herald.admin.history import service as history
 from herald.admin.history.service import PageParams
 from herald.admin.trace import queries
@@ -37,12 +39,20 @@ from herald.admin.trace.schemas import (
     TraceDelivery,
 )
 from herald.auth.service import Operator
-from herald.errors import EventNotFound, PersonNotFound
+from herald.errors import EventNotFound, NotFound, PersonNotFound
 from herald.kinds import Registry
 from herald.preferences import queries as preference_queries
 from herald.preferences.service import category_default
 
 READ = history.READ
+FAILURE_READ = "NotificationFailure_READ"
+
+
+class DeliveryNotFound(NotFound):
+    """No such delivery."""
+
+    code = "DELIVERY_NOT_FOUND"
+
 
 CHANNEL_WORDS: Mapping[str, str] = {
     "in_app": "inbox",
@@ -372,4 +382,58 @@ async def person_deliveries(
         next_cursor=(
             history.encode_cursor(shown[-1]["queued_at"], shown[-1]["id"]) if more else None
         ),
+    )
+
+
+def _delivery_uuid(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise DeliveryNotFound() from None
+
+
+async def locate_delivery(
+    conn: AsyncConnection, operator: Operator, delivery_id: str
+) -> tuple[uuid.UUID, str | None]:
+    """(event id, the person's external id or None once erased) of one delivery; 404 without
+    NotificationHistory_READ, as for a delivery that does not exist."""
+    public_id = _delivery_uuid(delivery_id)
+    if not operator.may(READ):
+        raise DeliveryNotFound()
+    found = await queries.locate_delivery(conn, operator.tenant_id, public_id)
+    if found is None:
+        raise DeliveryNotFound()
+    return found["event_public_id"], found["external_id"]
+
+
+@dataclass(frozen=True)
+class DeliveryState:
+    id: uuid.UUID
+    channel: str
+    status: str
+    error_code: str | None
+    attempts: int
+
+    @property
+    def in_flight(self) -> bool:
+        return self.status in vocabulary.IN_FLIGHT_STATUSES
+
+
+async def delivery_status(
+    conn: AsyncConnection, operator: Operator, delivery_id: str
+) -> DeliveryState:
+    """One delivery's current status (for a replay's result); readable with history or failure
+    permission, 404 otherwise."""
+    public_id = _delivery_uuid(delivery_id)
+    if not (operator.may(READ) or operator.may(FAILURE_READ)):
+        raise DeliveryNotFound()
+    found = await queries.locate_delivery(conn, operator.tenant_id, public_id)
+    if found is None:
+        raise DeliveryNotFound()
+    return DeliveryState(
+        id=found["public_id"],
+        channel=found["channel"],
+        status=found["status"],
+        error_code=error_code_of(found["last_error"]),
+        attempts=found["attempts"],
     )
