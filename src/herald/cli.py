@@ -299,6 +299,15 @@ def _announce_dev(info: DevInfo) -> None:
         f"  demo page  {info.demo_url}   (pick a person, watch their inbox live)", markup=False
     )
     out.print(f"  outbox     {info.outbox_url}   (what the mock providers sent)", markup=False)
+    if info.console_operator:
+        out.print(
+            f"  console    {info.console_operator}   (the principal, every permission)",
+            markup=False,
+        )
+        out.print(
+            f"  console    {info.console_approver}   (the deputy: broadcast approver)",
+            markup=False,
+        )
     out.print()
     out.print("Send an announcement to the guardians of class 7A:")
     out.print(f"  {info.curl[0]}", markup=False)
