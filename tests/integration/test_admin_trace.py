@@ -239,6 +239,17 @@ async def test_mock_provider_apart_from_unconfigured_and_provider_codes(
     assert email["reasonCode"] == "no_destination"
     assert "No email address" in email["reason"]
 
+    # History says the same from the same evidence, without reading any person.
+    listed = await client.get(
+        f"{EVENTS}/{event_id}/deliveries",
+        headers=headers,
+        params={"channel": "email", "status": "skipped_unconfigured"},
+    )
+    reasons = {item["id"]: item for item in listed.json()["items"]}
+    assert reasons[str(mocked["public_id"])]["reasonCode"] == "mock_provider"
+    assert reasons[str(mocked["public_id"])]["reason"].startswith("Mock provider, not delivered")
+    assert reasons[str(unconfigured["public_id"])]["reasonCode"] == "provider_unconfigured"
+
 
 async def test_not_in_audience_reasons(
     client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str

@@ -298,7 +298,12 @@ async def test_template_override_edit_preview_publish(
     assert published.status_code == 303
     page = await client.get(location)
     assert 'id="override-status">published' in page.text
-    assert "Version 3" in page.text and "-Hello {{name}}: {{message}}" in page.text
+    # The history comes from the audit records: publish, the wording's update, the create.
+    summaries = re.findall(r"<summary>(\w+) ·", page.text)
+    assert summaries == ["publish", "update", "create"]
+    assert "-Hello {{name}}: {{message}}" in page.text
+    assert "+Hi {{name}}: {{message}}" in page.text
+    assert "draft → published" in page.text
     stale = await client.post(location, data={"csrf": csrf, "version": "1", "action": "archive"})
     assert stale.status_code == 409
 

@@ -19,17 +19,13 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.db import schema as s
+from herald.console import queries
 
 SESSION_COOKIE = "herald_console"
 SIGN_IN_COOKIE = "herald_console_sign_in"
 MAX_SESSION = timedelta(hours=12)
-
-cs = s.console_session
-p = s.person
 
 
 def new_token() -> str:
@@ -68,14 +64,13 @@ async def start(
 ) -> str:
     """A new session; returns the cookie's token (only its hash is stored)."""
     token = new_token()
-    await conn.execute(
-        insert(cs).values(
-            tenant_id=tenant_id,
-            token_hash=token_hash(token),
-            person_id=person_id,
-            role_code=role_code,
-            expires_at=expires_at,
-        )
+    await queries.insert_session(
+        conn,
+        tenant_id=tenant_id,
+        token_hash=token_hash(token),
+        person_id=person_id,
+        role_code=role_code,
+        expires_at=expires_at,
     )
     return token
 
@@ -83,38 +78,21 @@ async def start(
 async def find(conn: AsyncConnection, token: str) -> Session | None:
     """The live session a cookie names, across tenants (run as the owner, as key lookup is): the
     tenant is what the session says, never what the request says."""
-    stmt = (
-        select(
-            cs.c.tenant_id,
-            cs.c.person_id,
-            cs.c.role_code,
-            cs.c.expires_at,
-            p.c.external_id,
-            p.c.timezone,
-        )
-        .select_from(cs.join(p, p.c.id == cs.c.person_id))
-        .where(
-            cs.c.token_hash == token_hash(token),
-            cs.c.expires_at > func.now(),
-            p.c.deleted_at.is_(None),
-        )
-    )
-    row = (await conn.execute(stmt)).first()
+    row = await queries.find_live_session(conn, token_hash(token))
     if row is None:
         return None
     return Session(
-        tenant_id=row.tenant_id,
-        person_id=row.person_id,
-        external_id=row.external_id,
-        role_code=row.role_code,
-        timezone=row.timezone,
-        expires_at=row.expires_at,
+        tenant_id=row["tenant_id"],
+        person_id=row["person_id"],
+        external_id=row["external_id"],
+        role_code=row["role_code"],
+        timezone=row["timezone"],
+        expires_at=row["expires_at"],
     )
 
 
 async def end(conn: AsyncConnection, token: str) -> bool:
-    result = await conn.execute(delete(cs).where(cs.c.token_hash == token_hash(token)))
-    return bool(result.rowcount)
+    return await queries.delete_session(conn, token_hash(token)) > 0
 
 
 async def delete_expired(conn: AsyncConnection, *, days: int, limit: int) -> int:
@@ -122,13 +100,4 @@ async def delete_expired(conn: AsyncConnection, *, days: int, limit: int) -> int
     setting every table's delete receives; an expired session is useless at once, so it is not
     kept for any number of days."""
     del days
-    doomed = (
-        select(cs.c.id)
-        .where(cs.c.expires_at < func.now())
-        .order_by(cs.c.expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    result = await conn.execute(delete(cs).where(cs.c.id.in_(doomed)))
-    return int(result.rowcount)
+    return await queries.delete_expired_sessions(conn, limit=limit)

@@ -13,7 +13,6 @@ Every response carries a Content-Security-Policy that allows scripts from /conso
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,12 +39,13 @@ from herald.admin.templates.schemas import (
     TemplateTransition,
     TemplateUpdate,
 )
+from herald.admin.trace import reasons
 from herald.admin.trace import service as trace
 from herald.admin.trace.queries import PersonDeliveryFilters
 from herald.auth import queries as auth_queries
 from herald.auth import service as auth
 from herald.auth.deps import state
-from herald.console import outcomes, sessions
+from herald.console import audit_trail, outcomes, sessions
 from herald.db import tenancy
 from herald.errors import HeraldError, NotFound, Unauthenticated, ValidationFailed
 from herald.feed import service as feed
@@ -463,7 +463,7 @@ async def recipient_page(console: ConsoleDep, event_id: str, external_id: str) -
         traced = await trace.trace_recipient(
             conn, console.operator, state(console.request).registry, event_id, external_id
         )
-    return render(console, "trace.html", trace=traced, channel_word=trace.channel_word)
+    return render(console, "trace.html", trace=traced, channel_word=reasons.channel_word)
 
 
 @router.get("/deliveries/{delivery_id}")
@@ -538,7 +538,7 @@ async def person_page(
             page,
         )
         person = await trace.readable_person(conn, console.operator, external_id)
-        view = await trace.PreferenceView.load(conn, console.operator.tenant_id, person["id"])
+        view = await reasons.PreferenceView.load(conn, console.operator.tenant_id, person["id"])
     locked = locked_categories(registry)
     values["matrix"] = [
         (
@@ -643,7 +643,7 @@ async def template_new(console: ConsoleDep, kind: str, channel: str, locale: str
         body=body or "",
         registry_title=title,
         registry_body=body,
-        versions=[],
+        trail=[],
         error=None,
     )
 
@@ -671,9 +671,7 @@ async def template_page(console: ConsoleDep, template_id: str) -> Response:
     _templates_only(console)
     async with tenant_transaction(console) as conn:
         found = await templates.get_template(conn, console.operator, template_id)
-        versions = await templates.list_versions(
-            conn, console.operator, template_id, templates.Page(limit=20, cursor=None)
-        )
+        trail = await audit_trail.template_trail(conn, console.operator, str(found.id))
     registry_title, registry_body = _registry_wording(
         console, found.kind, found.channel, found.locale
     )
@@ -688,32 +686,9 @@ async def template_page(console: ConsoleDep, template_id: str) -> Response:
         body=found.body,
         registry_title=registry_title,
         registry_body=registry_body,
-        versions=_with_diffs(versions.items),
+        trail=trail,
         error=None,
     )
-
-
-def _with_diffs(items: list[Any]) -> list[dict[str, Any]]:
-    """Each version with what changed from the one before it, field by field."""
-    shown = []
-    for index, item in enumerate(items):
-        older = items[index + 1] if index + 1 < len(items) else None
-        changes = []
-        for field in ("status", "title", "body"):
-            before = getattr(older, field) if older is not None else None
-            after = getattr(item, field)
-            if older is None or before != after:
-                diff = list(
-                    difflib.unified_diff(
-                        (before or "").splitlines(),
-                        (after or "").splitlines(),
-                        lineterm="",
-                        n=1,
-                    )
-                )[2:]
-                changes.append({"field": field, "before": before, "after": after, "diff": diff})
-        shown.append({"version": item, "changes": changes})
-    return shown
 
 
 @router.post("/templates/preview")
