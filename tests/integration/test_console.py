@@ -19,6 +19,7 @@ from httpx import AsyncClient, Response
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import vocabulary
 from herald.channels.base import ProviderOutcome
 from herald.config import Settings
 from herald.console import sessions
@@ -27,6 +28,7 @@ from herald.directory import service as directory
 from herald.feed import service as feed
 from herald.maintenance import retention
 from herald.secrets.vault import TableVault
+from tests import seed
 from tests.integration.test_admin_history import (
     FAILURE_READ,
     FAILURE_UPDATE,
@@ -410,3 +412,92 @@ async def test_pages_need_a_session(client: AsyncClient, path: str) -> None:
     assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
     htmx = await client.get(path, headers={"HX-Request": "true"})
     assert htmx.status_code == 401 and htmx.headers["hx-redirect"] == "/console/sign-in"
+
+
+async def test_broadcast_draft_approval_by_a_second_person_and_cancel(
+    settings: Settings, engine: AsyncEngine, registry: Any, tenant: str
+) -> None:
+    """The broadcast screens (feature on): one operator drafts, the page refuses them their own
+    approval; a second operator approves the version they read; the draft's author cancels it.
+    With the feature off the screen is absent and 404."""
+    from httpx import ASGITransport
+
+    from herald.api.app import create_app
+
+    on = settings.model_copy(update={"feature_broadcasts": True, "feature_reminders": True})
+    permissions = list(vocabulary.BROADCAST_PERMISSIONS)
+    author_token = await operator_token(engine, settings, tenant, permissions, code="principal")
+    approver_token = await operator_token(engine, settings, tenant, permissions, code="deputy")
+    async with engine.begin() as conn:
+        await seed.person(conn, tenant, "parent-1")
+    app = create_app(on, engine, registry)
+    transport = ASGITransport(app=app)
+    async with (
+        AsyncClient(transport=transport, base_url="http://herald.test") as author,
+        AsyncClient(transport=transport, base_url="http://herald.test") as approver,
+    ):
+        author_csrf = await sign_in(author, author_token)
+        assert "/console/broadcasts" in (await author.get("/console/history")).text
+        created = await author.post(
+            "/console/broadcasts",
+            data={
+                "csrf": author_csrf,
+                "title": "Closed tomorrow",
+                "kind": "announcement.posted",
+                "audience": '{"kind": "all_users"}',
+                "variables": '{"title": "Closed", "message": "The school is closed."}',
+                "channels": ["in_app"],
+            },
+        )
+        assert created.status_code == 303, created.text
+        location = created.headers["location"]
+        page = await author.get(location)
+        assert "draft" in page.text and "approved by someone other than its author" in page.text
+        assert "/approve" not in page.text
+        listing = await author.get("/console/broadcasts")
+        assert "Closed tomorrow" in listing.text
+
+        approver_csrf = await sign_in(approver, approver_token)
+        approved = await approver.post(
+            f"{location}/approve", data={"csrf": approver_csrf, "version": "1"}
+        )
+        assert approved.status_code == 303
+        progress = await approver.get(f"{location}/progress")
+        assert "approved" in progress.text and 'hx-trigger="every 3s"' in progress.text
+        again = await approver.post(
+            f"{location}/approve", data={"csrf": approver_csrf, "version": "1"}
+        )
+        assert again.status_code == 409
+
+        cancelled = await author.post(f"{location}/cancel", data={"csrf": author_csrf})
+        assert cancelled.status_code == 303
+        assert 'id="broadcast-state">cancelled' in (await author.get(location)).text
+        reminders = await author.get("/console/reminders")
+        assert reminders.status_code == 404  # no NotificationReminder_READ
+
+    off = create_app(settings.model_copy(update={"feature_broadcasts": False}), engine, registry)
+    async with AsyncClient(transport=ASGITransport(app=off), base_url="http://herald.test") as c:
+        await sign_in(c, author_token)
+        assert "/console/broadcasts" not in (await c.get("/console/history")).text
+        assert (await c.get("/console/broadcasts")).status_code == 404
+
+
+async def test_reminders_with_their_next_occurrences(
+    settings: Settings, engine: AsyncEngine, registry: Any, tenant: str
+) -> None:
+    from httpx import ASGITransport
+
+    from herald.api.app import create_app
+    from tests.integration.reminder_helpers import REMINDER_PERMISSIONS, body
+
+    on = settings.model_copy(update={"feature_reminders": True})
+    headers = await operator_headers(engine, settings, tenant, REMINDER_PERMISSIONS)
+    app = create_app(on, engine, registry)
+    async with AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test") as c:
+        made = await c.post("/v1/admin/reminders", headers=headers, json=body())
+        assert made.status_code == 201, made.text
+        await sign_in(c, headers["Authorization"].removeprefix("Bearer "))
+        page = await c.get("/console/reminders")
+        assert page.status_code == 200
+        assert "Homework time" in page.text and "07:30 Asia/Kathmandu" in page.text
+        assert page.text.count("<time ") == 3

@@ -13,6 +13,7 @@ Every response carries a Content-Security-Policy that allows scripts from /conso
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ from herald.errors import HeraldError, NotFound, Unauthenticated, ValidationFail
 from herald.feed import service as feed
 from herald.kinds import Template
 from herald.preferences.service import locked_categories
+from herald.scheduling.broadcasts import service as broadcasts
+from herald.scheduling.reminders import service as reminders
 
 STATIC_DIR: Final = Path(__file__).with_name("static")
 TEMPLATES_DIR: Final = Path(__file__).with_name("templates")
@@ -164,6 +167,15 @@ class Console:
 
     def may(self, permission: str) -> bool:
         return self.operator.may(permission)
+
+    @property
+    def may_broadcasts(self) -> bool:
+        """The screen appears when the feature is on and the role may read broadcasts."""
+        return state(self.request).settings.feature_broadcasts and self.may(broadcasts.READ)
+
+    @property
+    def may_reminders(self) -> bool:
+        return state(self.request).settings.feature_reminders and self.may(reminders.READ)
 
 
 def _zone(name: str | None) -> ZoneInfo:
@@ -802,3 +814,134 @@ async def outcomes_data(console: ConsoleDep, hours: int = 24) -> Response:
     async with tenant_transaction(console) as conn:
         series = await outcomes.outcome_series(conn, console.operator, hours=hours)
     return JSONResponse(series.model_dump(by_alias=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcasts: draft, the second person's approval, cancel, live progress.
+
+
+def _broadcasts_only(console: Console) -> None:
+    if not console.may_broadcasts:
+        raise NotFound()
+
+
+def _json_field(form: Mapping[str, str], name: str, default: object) -> object:
+    raw = (form.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ValidationFailed(f"{name} must be JSON") from None
+
+
+@router.get("/broadcasts")
+async def broadcasts_page(console: ConsoleDep, cursor: str | None = None) -> Response:
+    _broadcasts_only(console)
+    page = templates.parse_page(limit=20, cursor=_blank(cursor), pagination=None)
+    async with tenant_transaction(console) as conn:
+        listed = await broadcasts.list_broadcasts(conn, console.operator, page)
+    return render(console, "broadcasts.html", page=listed)
+
+
+@router.get("/broadcasts/new")
+async def broadcast_new(console: ConsoleDep) -> Response:
+    _broadcasts_only(console)
+    if not console.may(broadcasts.CREATE):
+        raise NotFound()
+    kinds = sorted(kind.name for kind in state(console.request).registry)
+    return render(console, "broadcast_new.html", kinds=kinds, channels=vocabulary.CHANNELS)
+
+
+@router.post("/broadcasts")
+async def broadcast_create(console: ConsoleDep) -> Response:
+    _broadcasts_only(console)
+    form = await console.request.form()
+    values = await form_of(console)
+    raw: dict[str, object] = {
+        "title": values.get("title", ""),
+        "kind": values.get("kind", ""),
+        "audience": _json_field(values, "audience", {}),
+        "variables": _json_field(values, "variables", {}),
+        "channels": [c for c in form.getlist("channels") if isinstance(c, str)] or None,
+    }
+    if _blank(values.get("scheduledFor")):
+        raw["scheduledFor"] = values["scheduledFor"].strip()
+    async with tenant_transaction(console) as conn:
+        created = await broadcasts.create_broadcast(
+            conn, console.operator, state(console.request).registry, raw
+        )
+    return RedirectResponse(f"/console/broadcasts/{created.id}", status_code=303)
+
+
+@router.get("/broadcasts/{broadcast_id}")
+async def broadcast_page(console: ConsoleDep, broadcast_id: str) -> Response:
+    _broadcasts_only(console)
+    async with tenant_transaction(console) as conn:
+        found = await broadcasts.get_broadcast(conn, console.operator, broadcast_id)
+    return render(
+        console,
+        "broadcast.html",
+        broadcast=found,
+        mine=found.created_by == f"person:{console.operator.actor_id}",
+    )
+
+
+@router.get("/broadcasts/{broadcast_id}/progress")
+async def broadcast_progress(console: ConsoleDep, broadcast_id: str) -> Response:
+    """The live counts (polls itself while the broadcast is still on its way)."""
+    _broadcasts_only(console)
+    async with tenant_transaction(console) as conn:
+        found = await broadcasts.get_broadcast(conn, console.operator, broadcast_id)
+    return render(console, "_broadcast_progress.html", broadcast=found)
+
+
+@router.post("/broadcasts/{broadcast_id}/approve")
+async def broadcast_approve(console: ConsoleDep, broadcast_id: str) -> Response:
+    _broadcasts_only(console)
+    form = await form_of(console)
+    version = templates.parse_version(form.get("version"))
+    async with tenant_transaction(console) as conn:
+        await broadcasts.approve_broadcast(
+            conn,
+            console.operator,
+            state(console.request).registry,
+            broadcast_id,
+            {"version": version},
+        )
+    return RedirectResponse(f"/console/broadcasts/{broadcast_id}", status_code=303)
+
+
+@router.post("/broadcasts/{broadcast_id}/cancel")
+async def broadcast_cancel(console: ConsoleDep, broadcast_id: str) -> Response:
+    _broadcasts_only(console)
+    await form_of(console)
+    async with tenant_transaction(console) as conn:
+        await broadcasts.cancel_broadcast(conn, console.operator, broadcast_id)
+    return RedirectResponse(f"/console/broadcasts/{broadcast_id}", status_code=303)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reminders, with their next occurrences.
+
+NEXT_OCCURRENCES = 3
+
+
+@router.get("/reminders")
+async def reminders_page(console: ConsoleDep, cursor: str | None = None) -> Response:
+    if not console.may_reminders:
+        raise NotFound()
+    page = templates.parse_page(limit=20, cursor=_blank(cursor), pagination=None)
+    async with tenant_transaction(console) as conn:
+        listed = await reminders.list_reminders(conn, console.operator, page)
+        upcoming = {
+            item.id: (
+                await reminders.preview_occurrences(
+                    conn, console.operator, str(item.id), None, NEXT_OCCURRENCES
+                )
+            ).items
+            if item.enabled
+            else []
+            for item in listed.items
+        }
+    return render(console, "reminders.html", page=listed, upcoming=upcoming)
