@@ -146,6 +146,19 @@ async def test_sign_in_refusals(
     bearer = await client.post("/console/session", headers={"Authorization": f"Bearer {token}"})
     assert bearer.status_code == 303
     assert (await client.get("/console/history")).status_code == 200
+    # Signing in again replaces the browser's session instead of leaving the old one alive.
+    first = client.cookies[sessions.SESSION_COOKIE]
+    again = await client.post("/console/session", headers={"Authorization": f"Bearer {token}"})
+    assert again.status_code == 303 and client.cookies[sessions.SESSION_COOKIE] != first
+    async with engine.connect() as conn:
+        hashes = (
+            await conn.execute(
+                select(s.console_session.c.token_hash).where(
+                    s.console_session.c.tenant_id == tenant
+                )
+            )
+        ).scalars()
+        assert list(hashes) == [sessions.token_hash(client.cookies[sessions.SESSION_COOKIE])]
 
 
 async def test_history_and_trace_drill_down(
@@ -183,6 +196,8 @@ async def test_history_and_trace_drill_down(
     assert "skipped_preference" in history.text
     event_page = await client.get(f"/console/events/{event_id}?status=skipped_preference")
     assert event_page.status_code == 200
+    # History's own reason (it reads no person, so not which rule).
+    assert "Switched off by their preferences for email." in event_page.text
     [delivery] = re.findall(r'href="/console/deliveries/([0-9a-f-]+)"', event_page.text)
     why = await client.get(f"/console/deliveries/{delivery}")
     assert why.status_code == 303

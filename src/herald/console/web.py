@@ -345,6 +345,11 @@ async def start_session(request: Request) -> Response:
             )
     except Unauthenticated:
         return _sign_in_refused(request, "That sign-in token is not valid or has expired.")
+    previous = request.cookies.get(sessions.SESSION_COOKIE)
+    if previous:
+        # A new sign-in replaces the browser's old session rather than leaving it alive.
+        async with app.engine.begin() as conn:
+            await sessions.end(conn, previous)
     response = RedirectResponse("/console/history", status_code=303)
     max_age = max(1, int((expires - datetime.now(UTC)).total_seconds()))
     _set_cookie(request, response, sessions.SESSION_COOKIE, token, max_age=max_age)
@@ -368,7 +373,10 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, max
         path="/console",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # Behind a TLS-terminating proxy the request arrives as http; the proxy's header only
+        # ever makes the cookie stricter.
+        secure=request.url.scheme == "https"
+        or request.headers.get("X-Forwarded-Proto", "").lower() == "https",
     )
 
 
