@@ -319,6 +319,8 @@ async def test_not_found_and_other_tenant(
         (f"{EVENTS}/{event_id}/recipients/g0", other_headers, "NOTIFICATION_EVENT_NOT_FOUND"),
         (f"{EVENTS}/{event_id}/recipients/g0", without, "NOTIFICATION_EVENT_NOT_FOUND"),
         (f"{PEOPLE}/nobody/deliveries", headers, "PERSON_NOT_FOUND"),
+        (f"{PEOPLE}/bad%00id/deliveries", headers, "PERSON_NOT_FOUND"),
+        (f"{EVENTS}/{event_id}/recipients/{'x' * 300}", headers, "PERSON_NOT_FOUND"),
         (f"{PEOPLE}/g0/deliveries", other_headers, "PERSON_NOT_FOUND"),
         (f"{PEOPLE}/g0/deliveries", without, "PERSON_NOT_FOUND"),
     ]

@@ -19,6 +19,7 @@ What each reason is read from:
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -75,10 +76,15 @@ def _event_uuid(raw: str) -> uuid.UUID:
         raise EventNotFound() from None
 
 
+# What an external id can be (the directory's rule): anything else names nobody, and is never
+# sent to the database (a NUL byte would not even reach a text comparison).
+_EXTERNAL_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
+
+
 async def readable_person(
     conn: AsyncConnection, operator: Operator, external_id: str
 ) -> dict[str, Any]:
-    if not operator.may(READ):
+    if not operator.may(READ) or not _EXTERNAL_ID.match(external_id):
         raise PersonNotFound()
     person = await queries.find_person(conn, operator.tenant_id, external_id)
     if person is None:
