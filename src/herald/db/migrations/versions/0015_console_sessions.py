@@ -1,7 +1,7 @@
 """Console sessions (issue 13): the operator console's server-side sessions.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-01 17:00:00.000000
 
 The table is under forced row-level security from its first statement (herald.db.tenancy).
@@ -17,8 +17,8 @@ from sqlalchemy.dialects import postgresql
 
 from herald.db import tenancy
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
