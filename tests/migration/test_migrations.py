@@ -185,11 +185,11 @@ def test_schema_shapes_the_requirements_name(database_url: str) -> None:
 
 
 def test_console_sessions_migration_round_trip(empty_database: str) -> None:
-    """0013 adds console_session under forced row-level security with both policies, and its
-    down removes the table, policies and all, leaving 0012's schema exactly."""
-    migrate.upgrade(empty_database, "0012")
+    """0015 adds console_session under forced row-level security with both policies, and its
+    down removes the table, policies and all, leaving 0014's schema exactly."""
+    migrate.upgrade(empty_database, "0014")
     before = catalog(empty_database)
-    migrate.upgrade(empty_database, "0013")
+    migrate.upgrade(empty_database, "0015")
     with psycopg.connect(libpq_url(empty_database)) as conn:
         row = conn.execute(
             "SELECT c.relrowsecurity, c.relforcerowsecurity, "
@@ -199,5 +199,5 @@ def test_console_sessions_migration_round_trip(empty_database: str) -> None:
         ).fetchone()
     assert row is not None and row[0] and row[1]
     assert row[2] == ["herald_owner_all_tenants", "herald_tenant_isolation"]
-    migrate.downgrade(empty_database, "0012")
+    migrate.downgrade(empty_database, "0014")
     assert catalog(empty_database) == before
