@@ -154,8 +154,9 @@ ReminderRunState = Literal["fired", "missed", "failed"]
 REMINDER_RUN_STATES: Final[tuple[str, ...]] = get_args(ReminderRunState)
 
 # A broadcast's life (DESIGN.md §5.2): draft → approved → sending → completed, and cancelled
-# from any state but completed.
-BroadcastState = Literal["draft", "approved", "sending", "completed", "cancelled"]
+# from any state but completed. `failed`: its event's fan-out gave up (dead-lettered) and what it
+# had written is no longer in flight — final, like completed, and settled.
+BroadcastState = Literal["draft", "approved", "sending", "completed", "cancelled", "failed"]
 BROADCAST_STATES: Final[tuple[str, ...]] = get_args(BroadcastState)
 # States in which a broadcast may still be cancelled.
 CANCELLABLE_BROADCAST_STATES: Final[tuple[str, ...]] = ("draft", "approved", "sending")

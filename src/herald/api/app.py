@@ -221,7 +221,9 @@ def _routers() -> list[APIRouter]:
     from herald.admin.dead_letters import routes as admin_dead_letters
     from herald.admin.history import routes as admin_history
     from herald.admin.templates import routes as admin_templates
+    from herald.admin.trace import routes as admin_trace
     from herald.centre import routes as centre
+    from herald.console import web as console
     from herald.devices import routes as devices
     from herald.directory import routes as directory
     from herald.feed import routes as feed
@@ -250,6 +252,8 @@ def _routers() -> list[APIRouter]:
         admin_templates.router,
         admin_history.router,
         admin_dead_letters.router,
+        admin_trace.router,
+        console.router,
         admin_reminders.router,
         admin_broadcasts.router,
         admin_webhooks.router,

@@ -425,11 +425,14 @@ notification_delivery = Table(
         unique=True,
         postgresql_where=text("provider_target_id IS NOT NULL AND replay_of_delivery_id IS NULL"),
     ),
-    # What the channel workers claim (R-STATE-1).
+    # What the channel workers claim (R-STATE-1), in the claim's exact order (next_attempt_at,
+    # id) within a channel: a range scan that stops after LIMIT rows at any queue depth, tied due
+    # times included (0013, docs/scaling.md).
     Index(
         "notification_delivery_due_idx",
         "channel",
         "next_attempt_at",
+        "id",
         postgresql_where=text("status = 'queued'"),
     ),
     # What the reaper reclaims (R-REAPER-1).
@@ -945,6 +948,8 @@ broadcast = Table(
     Column("cancelled_at", TZ),
     Column("cancelled_by", Text),
     Column("completed_at", TZ),
+    # Its event's fan-out gave up (dead-lettered) and nothing it wrote is in flight any more.
+    Column("failed_at", TZ),
     # Nothing of the broadcast is left in flight: set with completion, with a cancel before
     # release, or once a cancelled release has no unclaimed or in-flight delivery left.
     Column("settled_at", TZ),
@@ -964,11 +969,12 @@ broadcast = Table(
         "state IN ('draft', 'cancelled') OR approved_by IS NOT NULL", name="approved_to_release"
     ),
     CheckConstraint(
-        "state NOT IN ('sending', 'completed') OR audience_frozen_at IS NOT NULL",
+        "state NOT IN ('sending', 'completed', 'failed') OR audience_frozen_at IS NOT NULL",
         name="frozen_when_released",
     ),
     CheckConstraint("(state = 'cancelled') = (cancelled_at IS NOT NULL)", name="cancel_pair"),
     CheckConstraint("(state = 'completed') = (completed_at IS NOT NULL)", name="completion_pair"),
+    CheckConstraint("(state = 'failed') = (failed_at IS NOT NULL)", name="failure_pair"),
     CheckConstraint("btrim(title) <> ''", name="title_not_blank"),
     CheckConstraint(
         "channels IS NULL OR (cardinality(channels) > 0 AND "
@@ -1143,4 +1149,26 @@ undeliverable_address = Table(
     UniqueConstraint("tenant_id", "channel", "address_hash"),
     vocab_check("channel", vocabulary.UNDELIVERABLE_CHANNELS, "channel"),
     Index("undeliverable_address_created_at_idx", "created_at"),
+)
+
+# Console sessions (issue 13): an operator's JWT exchanged for a server-side session. The cookie
+# carries a random token; only its sha256 is stored, so a read of this table signs nobody in.
+# The person's active role is kept by code, and the role's permissions are read afresh on every
+# request: the session grants nothing the directory does not. Erasure removes a person's sessions
+# with the person (CASCADE); retention deletes expired ones; sign-out deletes its row.
+
+console_session = Table(
+    "console_session",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("role_code", Text),
+    _created_at(),
+    Column("expires_at", TZ, nullable=False),
+    CheckConstraint("length(token_hash) = 64", name="token_hash_sha256"),
+    CheckConstraint("expires_at > created_at", name="expires_after_created"),
+    Index("console_session_expires_at_idx", "expires_at"),
+    Index("console_session_person_id_idx", "person_id"),
 )

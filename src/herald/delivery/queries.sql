@@ -5,20 +5,49 @@
 -- token: the recorder only writes an outcome while the row still carries it.
 -- This is cross-tenant work (it runs as the schema owner), so it returns ids and tenant ids only;
 -- each tenant's send contexts are then read under that tenant (load_send_contexts).
+-- The plan is a range scan of notification_delivery_due_idx (channel, next_attempt_at, id)
+-- WHERE status = 'queued' that stops after :limit rows, with no sort, at any queue depth
+-- (docs/scaling.md; tests/integration/test_plans_claim.py). Two rules keep it so once psycopg
+-- prepares the statement and the server may pick a generic plan: `status = 'queued'` is written
+-- here, never bound (a bound value cannot prove the partial index's predicate), and the ORDER BY
+-- is exactly the index's order after the channel. The ids go to the UPDATE as one array
+-- (`= ANY(ARRAY(…))`) rather than `IN (…)`: a generic plan guesses a bound LIMIT at a tenth of
+-- the table and would hash-join the subquery against a sequential scan of every delivery row;
+-- an array is probed through the primary key. The sweeps below use the same form.
 UPDATE notification_delivery d
    SET status = 'processing',
        claimed_at = clock_timestamp(),
        lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.status = 'queued'
            AND c.channel = :channel
            AND c.next_attempt_at <= now()
-           AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
          ORDER BY c.next_attempt_at, c.id
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
+RETURNING d.id, d.tenant_id;
+
+-- name: claim_due_deliveries_of_tenant
+-- The same claim limited to one tenant (tests and single-tenant drains). A statement of its own
+-- rather than `:tenant_id IS NULL OR tenant_id = :tenant_id` in the one above: that disjunction
+-- is opaque to a generic plan and cost the shared claim its index. It walks the same index and
+-- filters by tenant.
+UPDATE notification_delivery d
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE d.id = ANY(ARRAY(
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.status = 'queued'
+           AND c.channel = :channel
+           AND c.next_attempt_at <= now()
+           AND c.tenant_id = :tenant_id
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED))
 RETURNING d.id, d.tenant_id;
 
 -- name: load_send_contexts
@@ -135,13 +164,13 @@ SELECT id FROM done;
 -- Every row it touches leaves its candidate set; no watermark (R-REAPER-6).
 UPDATE notification_delivery d
    SET status = 'queued', failed_at = NULL, last_error = NULL
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.status = 'failed' AND c.next_attempt_at <= now()
          ORDER BY c.next_attempt_at
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
 RETURNING d.channel;
 
 -- name: reclaim_expired_leases
@@ -160,13 +189,13 @@ WITH expired AS (
            dead_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
            failed_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
            last_error = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'LEASE_EXPIRED' END
-     WHERE d.id IN (
+     WHERE d.id = ANY(ARRAY(
             SELECT c.id
               FROM notification_delivery c
              WHERE c.status = 'processing' AND c.lease_expires_at < now()
              ORDER BY c.lease_expires_at
              LIMIT :limit
-               FOR UPDATE SKIP LOCKED)
+               FOR UPDATE SKIP LOCKED))
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
               d.event_id
 ), hooks AS (
@@ -199,17 +228,19 @@ SELECT id, status, channel FROM expired;
 -- Re-drive skipped_unconfigured rows of channels configured now (R-BACKFILL-1..3) and younger than
 -- the backfill window (R-BACKFILL-6), by compare-and-set on the status (R-BACKFILL-4), clearing
 -- skipped_at in the same statement (R-BACKFILL-5) and making the row due (R-PLAT-4).
+-- One channel per statement: with `channel = ANY(…)` the (channel, queued_at) index cannot give
+-- the order across channels, and every skipped row in the window would be sorted each batch.
 UPDATE notification_delivery d
    SET status = 'queued', skipped_at = NULL, next_attempt_at = now()
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.status = 'skipped_unconfigured'
-           AND c.channel = ANY(CAST(:channels AS text[]))
+           AND c.channel = :channel
            AND c.queued_at > now() - make_interval(hours => :max_age_hours)
          ORDER BY c.queued_at
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
    AND d.status = 'skipped_unconfigured'
 RETURNING d.channel;
 
@@ -258,12 +289,12 @@ RETURNING d.id;
 -- only queued rows, and the recorder and the reaper only ever move processing or failed ones.
 UPDATE notification_delivery d
    SET status = 'cancelled'
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed', 'held')
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED);
+           FOR UPDATE SKIP LOCKED));
 
 -- name: deliveries_in_flight
 -- Whether any delivery of the event still has work ahead of it (queued, processing or failed),

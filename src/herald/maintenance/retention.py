@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.config import Settings
+from herald.console import sessions
 from herald.maintenance import queries
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class RetentionReport:
     followups: int = 0
     webhook_messages: int = 0
     undeliverable_addresses: int = 0
+    console_sessions: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -76,6 +78,7 @@ class RetentionReport:
             + self.followups
             + self.webhook_messages
             + self.undeliverable_addresses
+            + self.console_sessions
         )
 
 
@@ -358,6 +361,28 @@ async def prune_undeliverable_addresses(
     )
 
 
+async def prune_console_sessions(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Console sessions past their expiry (an expired session signs nobody in; sign-out deletes
+    its own row at once)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "console_sessions",
+        sessions.delete_expired,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -379,6 +404,7 @@ async def run_retention(
         prune_followups,
         prune_webhook_messages,
         prune_undeliverable_addresses,
+        prune_console_sessions,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -393,6 +419,7 @@ def log_report(report: RetentionReport) -> None:
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
             "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses "
             "in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d console sessions in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -403,8 +430,8 @@ def log_report(report: RetentionReport) -> None:
             report.reminder_runs,
             report.broadcasts,
             report.followups,
-            report.webhook_messages,
-            report.undeliverable_addresses,
+            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
+            "%d console sessions in %d statements (slowest %.3f s)",
             report.statements,
             report.slowest_statement_seconds,
         )

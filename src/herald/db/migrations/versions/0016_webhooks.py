@@ -1,7 +1,7 @@
 """Outbound webhooks to the host (issue 16): endpoints and their messages.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-01 16:40:00.000000
 
 Both tables are under forced row-level security from their first statement (herald.db.tenancy).
@@ -19,8 +19,8 @@ from sqlalchemy.dialects import postgresql
 
 from herald.db import tenancy
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

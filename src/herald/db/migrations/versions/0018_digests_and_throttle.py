@@ -1,8 +1,8 @@
 """Digests and the throttle (issue 16): the statuses held, digested and skipped_throttled, the
 digest a digested row was carried by, and the index the digest sweeper reads.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-01 17:30:00.000000
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0018"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,8 +1,8 @@
 """Delivery receipts from providers (issue 16): the final status `bounced`, the index a receipt
 finds its delivery by, and the addresses a hard bounce marked undeliverable.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-01 17:00:00.000000
 """
 
@@ -16,8 +16,8 @@ from sqlalchemy.dialects import postgresql
 
 from herald.db import tenancy
 
-revision: str = "0014"
-down_revision: str | None = "0013"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
