@@ -311,6 +311,15 @@ def _announce_dev(info: DevInfo) -> None:
         f"  demo page  {info.demo_url}   (pick a person, watch their inbox live)", markup=False
     )
     out.print(f"  outbox     {info.outbox_url}   (what the mock providers sent)", markup=False)
+    if info.console_operator:
+        out.print(
+            f"  console    {info.console_operator}   (the principal, every permission)",
+            markup=False,
+        )
+        out.print(
+            f"  console    {info.console_approver}   (the deputy: broadcast approver)",
+            markup=False,
+        )
     out.print()
     out.print("Send an announcement to the guardians of class 7A:")
     out.print(f"  {info.curl[0]}", markup=False)
@@ -528,12 +537,13 @@ def broadcasts_status(
     broadcast_id: Annotated[str, typer.Argument(help="The broadcast's id.")],
     tenant: TenantOption,
     follow: Annotated[
-        bool, typer.Option("--follow", help="Watch until it is completed or cancelled.")
+        bool, typer.Option("--follow", help="Watch until it is completed, failed or cancelled.")
     ] = False,
     interval: Annotated[float, typer.Option(min=0.2, max=60, help="Seconds between reads.")] = 1.0,
 ) -> None:
     """Print a broadcast's state and its delivery counts (read from the delivery rows); with
-    --follow, a progress bar until it is completed, or cancelled with nothing left in flight."""
+    --follow, a progress bar until it is completed or failed, or cancelled with nothing left in
+    flight."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
     from herald.db import tenancy

@@ -374,7 +374,7 @@ async def test_rolled_back_batch_publishes_nothing(
     ):
         await send_in_app(engine, tenant, {"kind": "users", "userIds": ["ana"]})
         with monkeypatch.context() as patch:
-            patch.setattr(fanout_queries, "insert_deliveries", broken)
+            patch.setattr(fanout_queries, "complete_fanout", broken)
             with pytest.raises(RuntimeError, match="disk full"):
                 await fan_out_next_event(
                     engine, registry, batch_size=500, publish=publish, tenant_id=tenant

@@ -11,7 +11,7 @@ import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request, Security
 from fastapi.responses import Response
@@ -283,3 +283,16 @@ UnreadOnly = Annotated[bool | None, Query(alias="unreadOnly")]
 # Refused with 400 PAGINATION_REQUIRED in any spelling, so it is not published.
 Pagination = Annotated[str | None, Query(include_in_schema=False)]
 FollowupsWriter = Annotated[auth.ApiCaller, Depends(require_scope("followups:write"))]
+
+
+# A route that reads its JSON body itself, so that a refused field is a 400 with the feature's
+# own code naming it (never FastAPI's generic 422), still publishes the model its service applies:
+# `openapi_extra=body_of(Model)`; herald.api.openapi puts the model's schema in the document.
+BODY_MODEL = "x-herald-body-model"
+BODY_MODELS: dict[str, type[BaseModel]] = {}
+
+
+def body_of(model: type[BaseModel]) -> dict[str, Any]:
+    """openapi_extra for a route whose body is `model`, applied by its service."""
+    BODY_MODELS[model.__name__] = model
+    return {BODY_MODEL: model.__name__}

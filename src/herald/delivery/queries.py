@@ -28,15 +28,13 @@ async def claim_due_deliveries(
     tenant_id: str | None = None,
 ) -> list[tuple[int, str]]:
     """Claim a batch; (delivery id, tenant id) of each claimed row."""
-    result = await conn.execute(
-        SQL["claim_due_deliveries"],
-        {
-            "channel": channel,
-            "limit": limit,
-            "lease_seconds": lease_seconds,
-            "tenant_id": tenant_id,
-        },
-    )
+    params: dict[str, Any] = {"channel": channel, "limit": limit, "lease_seconds": lease_seconds}
+    if tenant_id is None:
+        result = await conn.execute(SQL["claim_due_deliveries"], params)
+    else:
+        result = await conn.execute(
+            SQL["claim_due_deliveries_of_tenant"], {**params, "tenant_id": tenant_id}
+        )
     return [(int(row.id), str(row.tenant_id)) for row in result]
 
 
@@ -110,11 +108,17 @@ async def reclaim_expired_leases(
 async def backfill_unconfigured(
     conn: AsyncConnection, channels: Sequence[str], max_age_hours: int, limit: int
 ) -> list[str]:
-    result = await conn.execute(
-        SQL["backfill_unconfigured"],
-        {"channels": list(channels), "max_age_hours": max_age_hours, "limit": limit},
-    )
-    return [row.channel for row in result]
+    """Up to `limit` rows in all, one channel at a time (each statement walks its index in order)."""
+    redriven: list[str] = []
+    for channel in channels:
+        if len(redriven) >= limit:
+            break
+        result = await conn.execute(
+            SQL["backfill_unconfigured"],
+            {"channel": channel, "max_age_hours": max_age_hours, "limit": limit - len(redriven)},
+        )
+        redriven.extend(row.channel for row in result)
+    return redriven
 
 
 async def deactivate_push_token(conn: AsyncConnection, token_id: int, reason: str) -> None:

@@ -28,6 +28,7 @@ from herald.runtime import outages
 from herald.secrets import service as secrets
 from herald.secrets.service import SecretVaultUnavailable
 from herald.secrets.vault import Vault
+from herald.throttle import service as throttle
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,10 @@ CONCURRENCY = {"sms": 2, "email": 4, "push": 8, "telegram": 4}
 # push use larger ones. A batch's leases are renewed while it is being worked (the heartbeat), so
 # rows waiting for their turn behind a slow provider never expire under a live worker.
 BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 200, "push": 200}
-# Outcomes are written in groups as sends finish — every RECORD_EVERY results, or after
-# RECORD_AFTER_SECONDS — so a worker that dies mid-batch repeats at most one group's unrecorded
-# sends (the at-least-once window), not the whole batch's.
+# Outcomes are written in groups as sends finish — once RECORD_EVERY results are waiting, or
+# after RECORD_AFTER_SECONDS, together with every other send already finished — so a worker that
+# dies mid-batch repeats only the sends finished since the last write (the at-least-once
+# window), not the whole batch's.
 RECORD_EVERY = 50
 RECORD_AFTER_SECONDS = 1.0
 
@@ -72,6 +74,7 @@ async def deliver_batch(
         for tenant, ids in _by_tenant(claimed).items():
             await tenancy.enter_tenant(conn, tenant)
             loaded = await queries.load_send_contexts(conn, ids)
+            await throttle.mark_throttled(conn, loaded, settings)
             pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
             overrides |= _overrides(await queries.published_overrides(conn, pairs))
             contexts.extend(loaded)
@@ -88,11 +91,18 @@ async def deliver_batch(
     )
     pending: list[Result] = []
     last_flush = time.monotonic()
+    running: set[asyncio.Task[Result | None]] = set(sends)
     try:
-        for finished in asyncio.as_completed(sends):
-            result = await finished
-            if result is not None:
-                pending.append(result)
+        while running:
+            # Every send finished by now, not just the first: when a group is due, the write
+            # takes all of them (fast providers: one or two writes per batch instead of one per
+            # RECORD_EVERY). The at-least-once window is unchanged — these sends have happened
+            # either way, and writing them sooner only shortens it.
+            finished, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                result = task.result()
+                if result is not None:
+                    pending.append(result)
             if pending and (
                 len(pending) >= RECORD_EVERY
                 or time.monotonic() - last_flush >= RECORD_AFTER_SECONDS
