@@ -28,6 +28,7 @@ from herald.runtime import outages
 from herald.secrets import service as secrets
 from herald.secrets.service import SecretVaultUnavailable
 from herald.secrets.vault import Vault
+from herald.throttle import service as throttle
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ async def deliver_batch(
         for tenant, ids in _by_tenant(claimed).items():
             await tenancy.enter_tenant(conn, tenant)
             loaded = await queries.load_send_contexts(conn, ids)
+            await throttle.mark_throttled(conn, loaded, settings)
             pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
             overrides |= _overrides(await queries.published_overrides(conn, pairs))
             contexts.extend(loaded)

@@ -94,6 +94,20 @@ async def delete_resolved_followups(conn: AsyncConnection, *, days: int, limit: 
     return int(result.rowcount)
 
 
+async def delete_sent_webhook_messages(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(SQL["delete_sent_webhook_messages"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
+async def delete_aged_undeliverable_addresses(
+    conn: AsyncConnection, *, days: int, limit: int
+) -> int:
+    result = await conn.execute(
+        SQL["delete_aged_undeliverable_addresses"], {"days": days, "limit": limit}
+    )
+    return int(result.rowcount)
+
+
 async def delete_finished_operational_emails(
     conn: AsyncConnection, *, days: int, limit: int
 ) -> int:

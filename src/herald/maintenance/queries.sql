@@ -150,6 +150,31 @@ DELETE FROM followup f
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_sent_webhook_messages
+-- Webhook messages the host received more than :days ago, at most :limit, through
+-- webhook_message_sent_idx. Queued and processing ones have work ahead; dead ones are named by
+-- their dead letter and stay with it.
+DELETE FROM webhook_message m
+ WHERE m.id IN (
+        SELECT c.id
+          FROM webhook_message c
+         WHERE c.status = 'sent' AND c.created_at < now() - make_interval(days => :days)
+         ORDER BY c.created_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
+-- name: delete_aged_undeliverable_addresses
+-- Undeliverable marks older than :days, at most :limit, through
+-- undeliverable_address_created_at_idx: after that long the address is tried again.
+DELETE FROM undeliverable_address a
+ WHERE a.id IN (
+        SELECT c.id
+          FROM undeliverable_address c
+         WHERE c.created_at < now() - make_interval(days => :days)
+         ORDER BY c.created_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_finished_operational_emails
 -- Operational emails that are done (sent or skipped) and older than :days. A dead one stays: its
 -- dead letter names it by job_id, and dead letters are never trimmed by age (R-DLQ-18).
