@@ -91,7 +91,7 @@ def main() -> None:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         print(f"PostgreSQL {version}; {args.people:,} people; batch {args.batch}")
         seed_people(url, args.people)
-        copy_seconds = baseline_copy(url, args.people)
+        copy_seconds, _ = baseline_copy(url, args.people)
         env = {
             **os.environ,
             "HERALD_DATABASE_URL": url,

@@ -1,17 +1,29 @@
-"""Channel-delivery throughput beside two baselines measured in the same run.
+"""Channel delivery beside the anchor claim loop, claim cost by queue depth, and 1 vs 2 workers.
 
-    .venv/bin/python bench/delivery.py [--deliveries 50000] [--peer-jobs 50000]
+    .venv/bin/python bench/delivery.py [--deliveries 50000] [--depths 10000,1000000]
+        [--claims 50] [--workers 1,2] [--process-deliveries N] [--peer-jobs N]
 
-1. Herald: N queued email deliveries through the real delivery path (claim, send context,
-   liveness, render, address, provider call, batched record with attempt evidence) against a
-   provider that answers instantly — deliveries/second end to end.
-2. Bare loop: the same rows claimed and completed in batches of 100 with the same SQL shape and
-   nothing else — the ceiling for a Python worker on this database.
-3. Peer: Procrastinate (a PostgreSQL-backed Python job queue) processing the same number of no-op
-   jobs with one worker (needs `pip install procrastinate`; skipped with a note otherwise).
+Everything runs in one database of its own on one server, in one run:
+
+1. Herald against the anchor, with spread and with tied next_attempt_at (one fan-out batch
+   queues thousands of rows in the same millisecond): N queued email deliveries through the
+   real delivery path in-process (claim, send context, liveness, render, address, provider
+   call, batched record with attempt evidence) against a provider that answers instantly;
+   then ../shared/anchors/claim_loop.py (a claim → complete loop over a minimal queue table,
+   batch 100) over the same number of rows. Prints Herald / anchor (target >= 0.5).
+2. Claim cost by queue depth: for each depth, that many queued email deliveries, then
+   --claims of Herald's own claim statement (batch 100, as psycopg prepares it), each followed
+   by completing its rows. Prints p50 and mean per claim and the deepest / shallowest ratio
+   (target <= 2), and the buffers of one EXPLAIN (ANALYZE, BUFFERS) of the claim at each depth.
+3. Worker processes: N queued email deliveries drained by 1 and by 2 `herald worker`
+   processes (mock email provider) started before the rows are committed; prints rows/s and the
+   scaling factor, with the database's and the workers' CPU time over the drain.
+4. Peer: Procrastinate processing as many no-op jobs with one worker (skipped with a note when
+   it is not installed, or with --peer-jobs 0).
 
 Uses HERALD_BENCH_DATABASE_URL (a server; the bench creates and drops its own databases), else
-the embedded PostgreSQL under .herald/bench. Never part of the test run's pass/fail.
+the embedded PostgreSQL under .herald/bench. Never part of the test run's pass/fail. Figures on
+a machine shared with other work are noisy: compare ratios taken in the same run.
 """
 
 from __future__ import annotations
@@ -19,6 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -36,12 +51,17 @@ from herald.channels.base import Message, ProviderOutcome  # noqa: E402
 from herald.config import Settings  # noqa: E402
 from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
+from herald.delivery import queries  # noqa: E402
 from herald.delivery.worker import drain_channel  # noqa: E402
 from herald.kinds.sample import SAMPLE_REGISTRY  # noqa: E402
 from herald.secrets.vault import TableVault  # noqa: E402
 
 TENANT = "bench"
 BATCH = 100
+ANCHOR = Path(
+    os.environ.get("HERALD_ANCHOR_CLAIM_LOOP", ROOT.parent / "shared" / "anchors" / "claim_loop.py")
+)
+HERALD = Path(sys.executable).with_name("herald")
 
 
 class InstantProvider:
@@ -63,45 +83,61 @@ class InstantProvider:
         return None
 
 
-def seed(url: str, n: int) -> None:
-    """N people, one event, N recipients and N queued email deliveries, by COPY."""
-    with psycopg.connect(libpq_url(url)) as conn:
-        with conn.cursor().copy(
-            "COPY person (tenant_id, external_id, full_name, email) FROM STDIN"
-        ) as copy:
-            for i in range(n):
-                copy.write_row((TENANT, f"p{i}", f"Person {i}", f"p{i}@example.com"))
+def seed_people(dsn: str, n: int) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO person (tenant_id, external_id, full_name, email) "
+            "SELECT %s, 'p' || g, 'Person ' || g, 'p' || g || '@example.com' "
+            "FROM generate_series(1, %s) g",
+            (TENANT, n),
+        )
+
+
+def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: bool = True) -> None:
+    """Empty the queue, then one event with n recipients and n queued email deliveries,
+    server-side. `people`: recipients are the first n people (a real send); otherwise recipients
+    with no person (enough for the claim alone, and quick at a million)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "TRUNCATE notification_delivery_attempt, notification_delivery, "
+            "notification_recipient, notification_event, dead_letter CASCADE"
+        )
         event_id = conn.execute(
-            "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, channels, variables, "
-            "dedupe_key, fanout_claimed_at, fanout_claim_token, fanout_completed_at, recipient_count) "
-            "VALUES (%s, 'announcement.posted', 'announcement', 'normal', '{\"kind\":\"all_users\"}', "
-            'ARRAY[\'email\'], \'{"title":"Sports day moved","message":"It is now on Friday."}\', %s, '
-            "now(), gen_random_uuid(), now(), %s) RETURNING id",
+            "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, channels, "
+            "variables, dedupe_key, fanout_claimed_at, fanout_claim_token, fanout_completed_at, "
+            "recipient_count) VALUES (%s, 'announcement.posted', 'announcement', 'normal', "
+            "'{\"kind\": \"all_users\"}', ARRAY['email'], "
+            '\'{"title": "Sports day moved", "message": "It is now on Friday."}\', %s, now(), '
+            "gen_random_uuid(), now(), %s) RETURNING id",
             (TENANT, uuid.uuid4().hex * 2, n),
         ).fetchone()[0]  # type: ignore[index]
+        if people:
+            conn.execute(
+                "INSERT INTO notification_recipient (tenant_id, event_id, user_id, "
+                "user_public_id_snapshot, variables, occurred_at) "
+                "SELECT tenant_id, %s, id, public_id, jsonb_build_object('name', full_name), now() "
+                "FROM person WHERE tenant_id = %s ORDER BY id LIMIT %s",
+                (event_id, TENANT, n),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO notification_recipient (tenant_id, event_id, user_public_id_snapshot, "
+                "occurred_at) SELECT %s, %s, gen_random_uuid(), now() FROM generate_series(1, %s)",
+                (TENANT, event_id, n),
+            )
+        # Spread: one row per millisecond over the last hour and beyond, as retries and
+        # several events interleave; tied: every row due at the same instant (one batch).
         conn.execute(
-            "INSERT INTO notification_recipient (tenant_id, event_id, user_id, user_public_id_snapshot, variables, "
-            "occurred_at) SELECT tenant_id, %s, id, public_id, jsonb_build_object('name', full_name), now() "
-            "FROM person WHERE tenant_id = %s",
-            (event_id, TENANT),
+            "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
+            "queued_at, next_attempt_at) SELECT tenant_id, event_id, id, 'email', 'queued', "
+            "now() - interval '2 hours', CASE WHEN %s THEN now() - interval '1 hour' "
+            "ELSE now() - interval '2 hours' + (row_number() OVER (ORDER BY id)) * interval '1 ms' END "
+            "FROM notification_recipient WHERE event_id = %s",
+            (tied, event_id),
         )
-        conn.execute(
-            "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status) "
-            "SELECT tenant_id, event_id, id, 'email', 'queued' FROM notification_recipient WHERE event_id = %s",
-            (event_id,),
-        )
-        conn.execute("ANALYZE")
-
-
-def requeue(url: str) -> None:
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute("DELETE FROM notification_delivery_attempt")
-        conn.execute(
-            "UPDATE notification_delivery SET status = 'queued', sent_at = NULL, attempts = 0, "
-            "provider_message_id = NULL, destination_hint = NULL, rendered_title = NULL, rendered_body = NULL, "
-            "rendered_hash = NULL, next_attempt_at = now()"
-        )
-        conn.execute("VACUUM ANALYZE notification_delivery")
+    if vacuum:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
 
 
 async def herald_path(url: str, n: int) -> float:
@@ -110,7 +146,7 @@ async def herald_path(url: str, n: int) -> float:
     vault = TableVault(engine, Fernet.generate_key())
     provider = InstantProvider()
     started = time.perf_counter()
-    # What `herald worker` runs for a channel: its batch loops (100 rows each), draining.
+    # What `herald worker` runs for a channel: its batch loops, draining.
     await drain_channel(
         engine, "email", provider, registry=SAMPLE_REGISTRY, vault=vault, settings=settings
     )
@@ -120,44 +156,163 @@ async def herald_path(url: str, n: int) -> float:
     return elapsed
 
 
-async def bare_loop(url: str, n: int) -> float:
-    """Claim 100 with the same claim statement, complete them with one UPDATE, repeat."""
+def anchor(dsn: str, n: int, *, tied: bool) -> float:
+    """rows/s of the anchor claim loop, run as its own process against the same database."""
+    args = [sys.executable, str(ANCHOR), "--dsn", dsn, "--rows", str(n), "--batch", str(BATCH)]
+    out = subprocess.run(
+        [*args, *(["--ties"] if tied else [])], capture_output=True, text=True, check=True
+    ).stdout
+    match = re.search(r"= ([\d,]+) rows/s", out)
+    assert match, out
+    return float(match.group(1).replace(",", ""))
+
+
+COMPLETE = (
+    "UPDATE notification_delivery SET status = 'sent', sent_at = now(), attempts = attempts + 1, "
+    "claimed_at = NULL, lease_expires_at = NULL WHERE id = ANY(CAST(:ids AS bigint[]))"
+)
+
+
+async def claim_costs(url: str, claims: int) -> list[float]:
+    """Seconds per claim of Herald's claim statement (batch 100), each batch then completed."""
     from sqlalchemy import text
 
-    engine = make_async_engine(url, pool_size=2)
-    # Herald's claim without the send-context join: the same UPDATE … WHERE id IN (SELECT … FOR
-    # UPDATE SKIP LOCKED) shape, returning only ids.
-    bare_claim = text(
-        "UPDATE notification_delivery d SET status = 'processing', claimed_at = clock_timestamp(), "
-        "lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds) "
-        "WHERE d.id IN (SELECT c.id FROM notification_delivery c WHERE c.status = 'queued' "
-        "AND c.channel = :channel AND c.next_attempt_at <= now() ORDER BY c.next_attempt_at, c.id "
-        "LIMIT :limit FOR UPDATE SKIP LOCKED) RETURNING d.id"
-    )
+    engine = make_async_engine(url, pool_size=1)
+    seconds: list[float] = []
+    try:
+        async with engine.connect() as conn:
+            for _ in range(claims):
+                started = time.perf_counter()
+                claimed = await queries.claim_due_deliveries(conn, "email", BATCH, 300)
+                await conn.commit()
+                seconds.append(time.perf_counter() - started)
+                assert len(claimed) == BATCH, len(claimed)
+                await conn.execute(text(COMPLETE), {"ids": [c[0] for c in claimed]})
+                await conn.commit()
+    finally:
+        await engine.dispose()
+    return seconds
 
-    complete = text(
-        "UPDATE notification_delivery SET status = 'sent', sent_at = now(), attempts = attempts + 1, "
-        "claimed_at = NULL, lease_expires_at = NULL WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'processing'"
-    )
-    done = 0
-    started = time.perf_counter()
-    while True:
-        async with engine.begin() as conn:
-            ids = [
-                r.id
-                for r in await conn.execute(
-                    bare_claim, {"channel": "email", "limit": BATCH, "lease_seconds": 60}
+
+def explain_claim(dsn: str) -> str:
+    """Execution time and buffers of one claim under EXPLAIN (ANALYZE, BUFFERS), rolled back."""
+    sql = str(queries.SQL["claim_due_deliveries"])
+    sql = sql.replace(":lease_seconds", "300").replace(":channel", "'email'")
+    sql = sql.replace(":limit", str(BATCH))
+    with psycopg.connect(dsn) as conn:
+        lines = [r[0] for r in conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")]
+        conn.rollback()
+    buffers = next((ln.strip() for ln in lines if "Buffers:" in ln), "")
+    total = next((ln.strip() for ln in lines if ln.startswith("Execution Time")), "")
+    sorts = "a Sort node" if any("Sort" in ln for ln in lines) else "no sort"
+    return f"{total}; {buffers}; {sorts}"
+
+
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    import psutil
+
+    seconds: dict[int, float] = {}
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            seconds[pid] = times.user + times.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return seconds
+
+
+def _backends(conn: psycopg.Connection[tuple[int]]) -> list[int]:
+    """This database's server processes other than ours (on this machine, the workers')."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+    ]
+
+
+def _spent(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def worker_processes(url: str, dsn: str, n: int, workers: int, log_dir: Path) -> tuple[float, str]:
+    """Drain n queued email deliveries with `workers` herald worker processes (mock email)."""
+    import psutil  # noqa: F401  (a dev dependency; fails early if absent)
+
+    env = {
+        **os.environ,
+        "HERALD_DATABASE_URL": url,
+        "HERALD_JWT_SECRET": "bench-secret-that-is-long-enough-for-hs256",
+        "HERALD_DATA_DIR": str(log_dir),
+        "HERALD_EMAIL_PROVIDER": "mock",
+        "HERALD_POLL_INTERVAL_SECONDS": "0.2",
+        "HERALD_LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "TRUNCATE notification_delivery_attempt, notification_delivery, "
+            "notification_recipient, notification_event, dead_letter CASCADE"
+        )
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for i in range(workers):
+            log = (log_dir / f"worker-{workers}-{i}.log").open("wb")
+            logs.append(log)
+            procs.append(
+                subprocess.Popen(
+                    [str(HERALD), "worker"],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
                 )
-            ]
-        if not ids:
-            break
-        async with engine.begin() as conn:
-            await conn.execute(complete, {"ids": ids})
-        done += len(ids)
-    elapsed = time.perf_counter() - started
-    await engine.dispose()
-    assert done == n, done
-    return elapsed
+            )
+        time.sleep(8)  # start-up: imports, pools, listeners
+        for p in procs:
+            assert p.poll() is None, f"a worker exited at start; see {log_dir}"
+        pids = [p.pid for p in procs]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            cpu_before, pg_before = _cpu_by_pid(pids), _cpu_by_pid(_backends(conn))
+            # The workers poll: they start on the rows the moment the seed commits, so the clock
+            # starts there (no VACUUM in between, which they would overlap).
+            seed_queue(dsn, n, tied=False, vacuum=False)
+            started = time.perf_counter()
+            conn.execute("SELECT pg_notify(%s, '')", (queries.DELIVERY_CHANNEL,))
+            while True:
+                left = conn.execute(
+                    "SELECT count(*) FROM notification_delivery "
+                    "WHERE status IN ('queued', 'processing')"
+                ).fetchone()[0]  # type: ignore[index]
+                if left == 0:
+                    break
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            worker_cpu = _spent(cpu_before, _cpu_by_pid(pids))
+            pg_cpu = _spent(pg_before, _cpu_by_pid(_backends(conn)))
+            done = conn.execute(
+                "SELECT count(*) FROM notification_delivery WHERE status = 'skipped_unconfigured'"
+            ).fetchone()[0]  # type: ignore[index]
+        assert done == n, (done, n)
+        note = (
+            f"workers' CPU {worker_cpu:5.1f} s, their PostgreSQL backends' CPU {pg_cpu:5.1f} s "
+            f"over {elapsed:.1f} s wall on {os.cpu_count()} cores"
+        )
+        return elapsed, note
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()
 
 
 async def procrastinate_peer(server: str, jobs: int) -> float | None:
@@ -188,53 +343,104 @@ async def procrastinate_peer(server: str, jobs: int) -> float | None:
         drop_database(server, name)
 
 
+def _ints(value: str) -> list[int]:
+    return [int(v) for v in value.split(",") if v.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--deliveries", type=int, default=50_000)
     parser.add_argument(
-        "--peer-jobs", type=int, default=None, help="default: the same as --deliveries"
+        "--depths", type=_ints, default=[10_000, 1_000_000], help="queue depths, comma-separated"
+    )
+    parser.add_argument("--claims", type=int, default=50, help="claims timed at each depth")
+    parser.add_argument("--workers", type=_ints, default=[1, 2], help="worker process counts")
+    parser.add_argument(
+        "--process-deliveries", type=int, default=None, help="default: the same as --deliveries"
+    )
+    parser.add_argument(
+        "--peer-jobs",
+        type=int,
+        default=None,
+        help="Procrastinate no-op jobs (default: the same as --deliveries; 0: skip)",
     )
     args = parser.parse_args()
     n = args.deliveries
-    peer_jobs = args.peer_jobs or n
+    process_n = args.process_deliveries or n
 
     server = os.environ.get("HERALD_BENCH_DATABASE_URL") or embedded.start(
         ROOT / ".herald" / "bench"
     )
     name = f"herald_bench_{uuid.uuid4().hex[:8]}"
     url = create_database(server, name)
+    dsn = libpq_url(url)
+    log_dir = ROOT / ".herald" / "bench-logs" / name
+    log_dir.mkdir(parents=True, exist_ok=True)
     try:
         migrate.upgrade(url)
-        with psycopg.connect(libpq_url(url)) as conn:
+        with psycopg.connect(dsn) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        print(
-            f"PostgreSQL {version}; {n:,} queued email deliveries; bare loop in batches of {BATCH}, Herald as its worker runs"
-        )
-        seed(url, n)
-        herald_seconds = asyncio.run(herald_path(url, n))
-        requeue(url)
-        bare_seconds = asyncio.run(bare_loop(url, n))
-        peer_seconds = asyncio.run(procrastinate_peer(server, peer_jobs))
-        herald_rate, bare_rate = n / herald_seconds, n / bare_seconds
-        print(
-            f"herald     end to end:              {herald_seconds:7.2f} s = {herald_rate:8,.0f} deliveries/s"
-        )
-        print(
-            f"bare loop  claim + complete only:   {bare_seconds:7.2f} s = {bare_rate:8,.0f} rows/s"
-        )
-        print(f"           herald / bare = {herald_rate / bare_rate:.2f} (target >= 0.5)")
-        if peer_seconds is None:
+        print(f"PostgreSQL {version}; batch {BATCH}; anchor {ANCHOR}")
+        seed_people(dsn, max(n, process_n))
+
+        print(f"\n1. {n:,} queued email deliveries: Herald in-process vs the anchor claim loop")
+        for tied in (False, True):
+            seed_queue(dsn, n, tied=tied)
+            cpu = time.process_time()
+            herald_rate = n / asyncio.run(herald_path(url, n))
+            herald_cpu = (time.process_time() - cpu) / n * 1e6
+            anchor_rate = anchor(dsn, n, tied=tied)
+            label = "tied  " if tied else "spread"
             print(
-                "peer       procrastinate not installed (pip install procrastinate); no peer figure"
+                f"   {label} herald {herald_rate:8,.0f} deliveries/s   anchor {anchor_rate:8,.0f} "
+                f"rows/s   herald / anchor = {herald_rate / anchor_rate:.2f} (target >= 0.5)"
             )
-        else:
-            peer_rate = peer_jobs / peer_seconds
-            print(
-                f"peer       procrastinate, {peer_jobs:,} no-op jobs: {peer_seconds:7.2f} s = {peer_rate:8,.0f} jobs/s"
-            )
-            print(f"           herald / peer = {herald_rate / peer_rate:.1f}x (target >= 10x)")
+            print(f"          Herald's own CPU per delivery (this process): {herald_cpu:5.0f} us")
+
+        print(f"\n2. claim cost by queue depth ({args.claims} claims of {BATCH} at each depth)")
+        p50s: dict[tuple[int, bool], float] = {}
+        for depth in args.depths:
+            for tied in (False, True):
+                seed_queue(dsn, depth, tied=tied, people=False)
+                plan = explain_claim(dsn)
+                costs = asyncio.run(claim_costs(url, args.claims))
+                p50 = statistics.median(costs) * 1000
+                p50s[(depth, tied)] = p50
+                label = "tied  " if tied else "spread"
+                print(
+                    f"   {depth:>9,} queued {label}: claim p50 {p50:6.2f} ms, mean "
+                    f"{statistics.fmean(costs) * 1000:6.2f} ms | one EXPLAIN: {plan}"
+                )
+        if len(args.depths) > 1:
+            lo, hi = min(args.depths), max(args.depths)
+            for tied in (False, True):
+                print(
+                    f"   {'tied' if tied else 'spread'}: claim at {hi:,} / at {lo:,} = "
+                    f"{p50s[(hi, tied)] / p50s[(lo, tied)]:.2f} (target <= 2)"
+                )
+
+        print(f"\n3. {process_n:,} queued email deliveries drained by `herald worker` processes")
+        rates: dict[int, float] = {}
+        for workers in args.workers:
+            elapsed, note = worker_processes(url, dsn, process_n, workers, log_dir)
+            rates[workers] = process_n / elapsed
+            print(f"   {workers} worker(s): {rates[workers]:8,.0f} deliveries/s ({note})")
+        if 1 in rates and len(rates) > 1:
+            most = max(rates)
+            print(f"   scaling {most} workers / 1 = {rates[most] / rates[1]:.2f}x")
+
+        peer_jobs = n if args.peer_jobs is None else args.peer_jobs
+        if peer_jobs:
+            peer_seconds = asyncio.run(procrastinate_peer(server, peer_jobs))
+            if peer_seconds is None:
+                print("\n4. peer: procrastinate not installed (pip install procrastinate)")
+            else:
+                print(
+                    f"\n4. peer: procrastinate, {peer_jobs:,} no-op jobs: "
+                    f"{peer_jobs / peer_seconds:8,.0f} jobs/s"
+                )
     finally:
         drop_database(server, name)
 

@@ -589,3 +589,78 @@ async def test_cancel_mid_flight(
     assert sum(sum(by.values()) for by in report["counts"].values()) == 2 * recipients
     events = await http.get(f"/v1/admin/events/{result['eventId']}", headers=ops.admin_key)
     assert events.status_code in (200, 404)
+
+
+async def test_a_dead_lettered_fanout_settles_the_broadcast_as_failed(
+    http: AsyncClient,
+    ops: Ops,
+    engine: AsyncEngine,
+    registry: Registry,
+    bsettings: Settings,
+    tenant: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 11: a broadcast whose fan-out gives up (its attempt budget spent, dead-lettered)
+    does not stay `sending` forever. What it wrote is still sent; once none of it is in flight
+    the broadcast is `failed` and settled, its report adds up to the recipients written, and
+    cancelling it is refused like cancelling a completed one."""
+    from herald.fanout import queries as fanout_queries
+    from herald.fanout.worker import MAX_FANOUT_ATTEMPTS
+
+    async with engine.begin() as conn:
+        for n in range(3):
+            await seed.person(conn, tenant, f"parent-{n}")
+    result = await approved(http, ops)
+    await tick(engine, registry, bsettings)
+    token = uuid.uuid4()
+    async with engine.begin() as conn:  # attempt 1 writes one page of 3 of the 7 people
+        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
+    assert claimed is not None
+    async with engine.begin() as conn:
+        first = await fanout.fan_out_batch(conn, claimed, token, registry=registry, batch_size=3)
+    assert first.recipients_written == 3 and not first.completed
+
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in a resolver")
+
+    monkeypatch.setattr(fanout_queries, "advance_cursor", broken)
+    for _ in range(MAX_FANOUT_ATTEMPTS - 1):  # every later attempt fails; the last gives up
+        async with engine.begin() as conn:
+            await fanout.release_stale_claims(conn, older_than_seconds=0)
+        with pytest.raises(RuntimeError):
+            await fan_out_next_event(engine, registry, batch_size=3, tenant_id=tenant)
+    monkeypatch.undo()
+    stored = await row(engine, result["id"])
+    async with engine.connect() as conn:
+        event = (await conn.execute(select(e).where(e.c.id == stored["event_id"]))).one()
+    assert event.fanout_failed_at is not None and event.fanout_completed_at is None
+
+    report = await tick(engine, registry, bsettings)
+    assert report.failed == 0 and (await row(engine, result["id"]))["state"] == "sending"
+    vault = build_vault(bsettings, engine)
+    while await deliver_batch(
+        engine,
+        "email",
+        SendingProvider(bsettings),
+        registry=registry,
+        vault=vault,
+        settings=bsettings,
+        tenant_id=tenant,
+    ):
+        pass
+    assert (await tick(engine, registry, bsettings)).failed == 1
+    stored = await row(engine, result["id"])
+    assert stored["state"] == "failed"
+    assert stored["failed_at"] is not None and stored["settled_at"] is not None
+    assert stored["completed_at"] is None
+    got = (await http.get(f"{BASE}/{result['id']}", headers=ops.reader)).json()
+    assert got["state"] == "failed" and got["counts"] == {"delivered": 3, "sent": 3}
+    answer = await http.get(f"{BASE}/{result['id']}/report", headers=ops.reader)
+    assert answer.json()["counts"] == {"in_app": {"delivered": 3}, "email": {"sent": 3}}
+    assert answer.json()["recipientCount"] == 3 and answer.json()["deliveryCount"] == 6
+    assert (await tick(engine, registry, bsettings)).failed == 0  # settled: never looked at again
+    cancel = await http.post(f"{BASE}/{result['id']}/cancel", headers=ops.drafter)
+    assert cancel.status_code == 409 and error(cancel) == "NOTIFICATION_BROADCAST_COMPLETED"
+    with pytest.raises(IntegrityError):  # the pair CHECK: failed means failed_at, and back
+        async with engine.begin() as conn:
+            await conn.execute(update(b).where(b.c.id == stored["id"]).values(failed_at=None))

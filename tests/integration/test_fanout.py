@@ -218,7 +218,7 @@ async def test_failed_batch_writes_nothing(
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(fanout_queries, "insert_deliveries", broken)
+    monkeypatch.setattr(fanout_queries, "complete_fanout", broken)
     with pytest.raises(RuntimeError):
         await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=500, tenant_id=tenant)
     assert await deliveries(engine, event_id) == []
@@ -463,7 +463,7 @@ async def test_a_fanout_that_keeps_failing_is_given_up_not_retried_forever(
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug in a resolver")
 
-    monkeypatch.setattr(fanout_queries, "insert_deliveries", broken)
+    monkeypatch.setattr(fanout_queries, "complete_fanout", broken)
     for attempt in range(1, MAX_FANOUT_ATTEMPTS + 1):
         with pytest.raises(RuntimeError):
             await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=50, tenant_id=tenant)
@@ -485,3 +485,115 @@ async def test_a_fanout_that_keeps_failing_is_given_up_not_retried_forever(
     assert len(letters) == 1
     assert letters[0].payload_ref == {"notificationEventPublicId": str(event_id)}
     assert letters[0].last_error == "FANOUT_FAILED (RuntimeError)"
+
+
+async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
+    engine: AsyncEngine, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set-based batch (fanout.pagewrite) decides every row as the row-by-row path does:
+    statuses (preference override beating a channel switch, a muted channel, a suspended person,
+    push with two tokens and with none), in-app wording per locale (own, language, default,
+    operator override with its version, a missing name rendered "there") and the content hash.
+    The same event content is fanned out once each way and the rows compared person by person."""
+    async with engine.begin() as conn:
+        people = {
+            "en": await seed.person(conn, tenant, "en", full_name="Asha {{title}} $1"),
+            "ne": await seed.person(conn, tenant, "ne", locale="ne", full_name="Bina"),
+            "ne-NP": await seed.person(conn, tenant, "ne-np", locale="ne-NP", full_name="Chandra"),
+            "fr": await seed.person(conn, tenant, "fr", locale="fr", full_name="Dev"),
+            "de": await seed.person(conn, tenant, "de", locale="de", full_name=None),
+            "gone": await seed.person(conn, tenant, "gone", status="suspended"),
+            "muted": await seed.person(conn, tenant, "muted"),
+        }
+        await seed.push_token(conn, tenant, people["en"].id, "tok-a")
+        await seed.push_token(conn, tenant, people["en"].id, "tok-b")
+        await seed.push_token(conn, tenant, people["muted"].id, "tok-c")
+        # Email off everywhere but announcements back on (the override wins, R-PREF-8); push off.
+        await conn.execute(
+            insert(s.notification_channel_preference),
+            [
+                {"tenant_id": tenant, "person_id": people["ne"].id, "channel": "email",
+                 "enabled": False},
+                {"tenant_id": tenant, "person_id": people["muted"].id, "channel": "push",
+                 "enabled": False},
+                {"tenant_id": tenant, "person_id": people["muted"].id, "channel": "in_app",
+                 "enabled": False},
+            ],
+        )  # fmt: skip
+        await conn.execute(
+            insert(s.notification_preference).values(
+                tenant_id=tenant,
+                person_id=people["ne"].id,
+                category="announcement",
+                channel="email",
+                enabled=True,
+            )
+        )
+        await conn.execute(
+            insert(s.notification_template).values(
+                tenant_id=tenant,
+                kind="announcement.posted",
+                channel="in_app",
+                locale="fr",
+                status="published",
+                title="{{title}} (fr)",
+                body="Bonjour {{name}}: {{message}}",
+                version=3,
+            )
+        )
+
+    async def fan_out(set_based: bool) -> dict[tuple[str, str, int | None], tuple[Any, ...]]:
+        event_id = await send_event(
+            engine,
+            tenant,
+            audience={"kind": "all_users"},
+            channels=["in_app", "email", "push"],
+            variables={"title": "Sports day", "message": "It is now on Friday."},
+        )
+        with monkeypatch.context() as patch:
+            if not set_based:
+                patch.setattr(fanout.pagewrite, "eligible", lambda kind, channels: False)
+            await run_to_completion(engine, tenant, batch_size=3)
+        r, d, p = s.notification_recipient, s.notification_delivery, s.person
+        e = s.notification_event
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                select(
+                    p.c.external_id,
+                    d.c.channel,
+                    d.c.provider_target_id,
+                    d.c.status,
+                    d.c.rendered_title,
+                    d.c.rendered_body,
+                    d.c.template_version,
+                    d.c.rendered_hash,
+                    d.c.delivered_at.is_not(None),
+                    d.c.skipped_at.is_not(None),
+                    r.c.variables,
+                    r.c.locale,
+                )
+                .select_from(d.join(r, r.c.id == d.c.recipient_id).join(p, p.c.id == r.c.user_id))
+                .join(e, e.c.id == d.c.event_id)
+                .where(e.c.public_id == event_id)
+            )
+            return {(row[0], row[1], row[2]): tuple(row[3:]) for row in rows}
+
+    by_rows = await fan_out(set_based=False)
+    by_set = await fan_out(set_based=True)
+    assert by_set == by_rows
+    # And the decisions are the ones the rules give (not merely the same twice).
+    en_in_app = by_set[("en", "in_app", None)]
+    assert en_in_app[:3] == ("delivered", "Sports day", "It is now on Friday.")
+    assert by_set[("fr", "in_app", None)][:4] == (
+        "delivered",
+        "Sports day (fr)",
+        "Bonjour Dev: It is now on Friday.",
+        3,
+    )
+    assert by_set[("ne", "email", None)][0] == "queued"  # the override beats the switch
+    assert by_set[("gone", "email", None)][0] == "skipped_recipient_gone"
+    assert by_set[("muted", "in_app", None)][0] == "skipped_preference"
+    assert by_set[("muted", "push", None)][0] == "skipped_preference"
+    assert by_set[("ne-np", "push", None)][0] == "skipped_no_destination"
+    assert sum(1 for key in by_set if key[:2] == ("en", "push")) == 2
+    assert len(by_set) == 7 * 3 + 1

@@ -278,9 +278,16 @@ async def test_occurrence_preview_is_pure_and_follows_the_clock_rules(
         "2027-10-31T00:30:00Z",
         "2027-11-07T01:30:00Z",
     ]
-    for params in ({"count": "0"}, {"count": "51"}, {"after": "2027-01-01T00:00:00"}):
+    # The count's range is in the published schema (a 422 REQUEST_MALFORMED like any query
+    # parameter outside its schema); an instant without its offset is the reminder's own rule.
+    for params, status, expected in (
+        ({"count": "0"}, 422, "REQUEST_MALFORMED"),
+        ({"count": "51"}, 422, "REQUEST_MALFORMED"),
+        ({"after": "2027-01-01T00:00:00"}, 400, "NOTIFICATION_REMINDER_INVALID"),
+        ({"after": "yesterday"}, 400, "NOTIFICATION_REMINDER_INVALID"),
+    ):
         bad = await reminders_client.get(url, params=params, headers=ops.reader)
-        assert bad.status_code == 400 and code(bad) == "NOTIFICATION_REMINDER_INVALID"
+        assert (bad.status_code, code(bad)) == (status, expected), (params, bad.text)
     assert [row["version"] for row in await schedule_rows(engine, tenant)] == [1]
 
 

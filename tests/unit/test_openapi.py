@@ -139,3 +139,56 @@ def test_the_main_payloads_carry_an_example_their_model_accepts(
     assert examples
     for example in examples:
         models[name].model_validate(example)
+
+
+@pytest.fixture(scope="module")
+def every_feature_spec() -> dict[str, Any]:
+    settings = Settings(
+        database_url=URL, jwt_secret="x" * 40, feature_reminders=True, feature_broadcasts=True
+    )
+    app = create_app(settings, make_async_engine(URL), SAMPLE_REGISTRY)
+    document: dict[str, Any] = app.openapi()
+    return document
+
+
+def _resolved(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def test_every_request_body_publishes_the_fields_the_server_reads(
+    every_feature_spec: dict[str, Any],
+) -> None:
+    """A route that reads its JSON body itself (to answer its own 400) still publishes the model
+    its service applies: no operation takes an untyped body, and a follow-up, a reminder and a
+    broadcast each name their required fields, the registry's kinds and the audience shapes."""
+    spec = every_feature_spec
+    for label, operation in _operations(spec):
+        if "requestBody" not in operation:
+            continue
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        resolved = _resolved(spec, body)
+        assert resolved.get("properties") or resolved.get("oneOf"), label
+    arm = _resolved(
+        spec,
+        spec["paths"]["/v1/followups"]["post"]["requestBody"]["content"]["application/json"][
+            "schema"
+        ],
+    )
+    assert {"key", "kind", "reminderKind", "audience"} <= set(arm["required"])
+    assert "announcement.posted" in arm["properties"]["kind"]["enum"]
+    assert arm["properties"]["audience"] == {"$ref": "#/components/schemas/Audience"}
+    assert arm["additionalProperties"] is False
+    shapes = spec["components"]["schemas"]["Audience"]["oneOf"]
+    assert {shape["properties"]["kind"]["const"] for shape in shapes} >= {"users", "compound"}
+    for path, method, field in (
+        ("/v1/admin/reminders", "post", "timezone"),
+        ("/v1/admin/broadcasts", "post", "title"),
+        ("/v1/admin/broadcasts/{broadcast_id}", "put", "version"),
+    ):
+        schema = _resolved(
+            spec,
+            spec["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"],
+        )
+        assert field in schema["required"], (path, method)

@@ -26,6 +26,7 @@ from fastapi.routing import APIRoute
 
 from herald import vocabulary
 from herald.api import raises
+from herald.auth.deps import BODY_MODEL, BODY_MODELS
 from herald.errors import (
     DatabaseUnavailable,
     HeraldError,
@@ -83,8 +84,37 @@ def build(app: FastAPI) -> dict[str, Any]:
         for method in sorted(route.methods):
             operation = spec["paths"][route.path_format].get(method.lower())
             if operation is not None:
+                _publish_body(operation, schemas, app.state.herald.registry)
                 _declare_errors(operation, declared_errors(operation, raised))
+    if schemas:
+        spec.setdefault("components", {})["schemas"] = schemas
     return spec
+
+
+def _publish_body(operation: dict[str, Any], schemas: dict[str, Any], registry: Registry) -> None:
+    """The model a route marked with auth.deps.body_of applies, as its published request body."""
+    name = operation.pop(BODY_MODEL, None)
+    if name is None:
+        return
+    model = BODY_MODELS[name]
+    if name not in schemas:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for nested, definition in schema.pop("$defs", {}).items():
+            schemas.setdefault(nested, definition)
+        properties = schema.get("properties", {})
+        # An audience is one of the send path's audience shapes; a kind one of the registry's.
+        if "audience" in properties:
+            schemas.setdefault("Audience", audience_schema())
+            properties["audience"] = {"$ref": "#/components/schemas/Audience"}
+        kinds = sorted(kind.name for kind in registry)
+        for field in ("kind", "reminderKind"):
+            if field in properties:
+                properties[field] = {"type": "string", "enum": kinds, "title": field}
+        schemas[name] = schema
+    operation["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+    }
 
 
 def _publish_registry(schemas: dict[str, Any], registry: Registry) -> None:
@@ -163,9 +193,8 @@ def audience_schemas() -> dict[str, dict[str, Any]]:
     return shapes
 
 
-def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
-    """EventCreate as one variant per kind: its channels, its declared variables (all required,
-    nothing else), and for a kind that carries a secret, a secretRef to one person on one channel."""
+def audience_schema() -> dict[str, Any]:
+    """Any audience the send path takes: one of the single shapes, or a compound of them."""
     shapes = audience_schemas()
     compound = {
         "type": "object",
@@ -181,7 +210,14 @@ def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
         "required": ["kind", "any"],
         "additionalProperties": False,
     }
-    audience = {"oneOf": [*shapes.values(), compound]}
+    return {"oneOf": [*shapes.values(), compound]}
+
+
+def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
+    """EventCreate as one variant per kind: its channels, its declared variables (all required,
+    nothing else), and for a kind that carries a secret, a secretRef to one person on one channel."""
+    shapes = audience_schemas()
+    audience = audience_schema()
     common = {
         name: schema
         for name, schema in base.get("properties", {}).items()

@@ -84,7 +84,10 @@ from herald.db import schema as s
 from herald.errors import AudienceInvalid, ConfigurationError
 
 # (tenant_id, normalised spec, after_person_id, limit) → SELECT person_id, role_id (one page)
-Fragment = Callable[[str, Mapping[str, Any], int, int], Select[Any]]
+# A page's cursor: a person id, or a bound parameter holding one (a statement built once and run
+# page after page with a new value, as the fan-out does).
+Cursor = int | ColumnElement[Any]
+Fragment = Callable[[str, Mapping[str, Any], Cursor, int], Select[Any]]
 
 
 def text_array(values: Iterable[str]) -> ColumnElement[Any]:
@@ -102,7 +105,7 @@ def _no_role() -> ColumnElement[Any]:
 
 
 def _live_person_at(
-    person_id: ColumnElement[Any], tenant_id: str, after: int | None, name: str
+    person_id: ColumnElement[Any], tenant_id: str, after: Cursor | None, name: str
 ) -> Any:
     """The live person `person_id` points at, as a LATERAL primary-key probe (see module doc).
 
@@ -117,7 +120,7 @@ def _live_person_at(
 
 
 def _past_cursor(
-    key: ColumnElement[Any], person: ColumnElement[Any], value: Any, after: int
+    key: ColumnElement[Any], person: ColumnElement[Any], value: Any, after: Cursor
 ) -> list[ColumnElement[bool]]:
     """`key = value AND person > after`, written as a range over the (key, person) index.
 
@@ -130,7 +133,8 @@ def _past_cursor(
     rather than `>` with `after`: PostgreSQL estimates a row comparison by its first column
     alone, and `key > value` would leave the key's own rows out of that estimate.
     """
-    return [tuple_(key, person) >= tuple_(value, literal(after + 1, BigInteger)), key <= value]
+    first = literal(after + 1, BigInteger) if isinstance(after, int) else after + 1
+    return [tuple_(key, person) >= tuple_(value, first), key <= value]
 
 
 def role_for_scope(person_id: ColumnElement[Any], tenant_id: str, scope_kind: str) -> Any:
@@ -181,7 +185,9 @@ def _listed_rows(
     return select(found.c.id).select_from(listed.join(found, true()))
 
 
-def _listed_people(tenant_id: str, external_ids: Iterable[str], after: int | None) -> Select[Any]:
+def _listed_people(
+    tenant_id: str, external_ids: Iterable[str], after: Cursor | None
+) -> Select[Any]:
     """The live people a list of external ids names: one unique-index probe per listed id.
 
     Driven from the list, never by walking `person` in id order hoping to meet listed ids — the
@@ -198,7 +204,7 @@ def _listed_people(tenant_id: str, external_ids: Iterable[str], after: int | Non
     )
 
 
-def _users(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> Select[Any]:
+def _users(tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int) -> Select[Any]:
     """The listed people, not role-scoped."""
     listed = _listed_people(tenant_id, spec["userIds"], after).subquery("listed_people")
     return (
@@ -206,7 +212,9 @@ def _users(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> S
     )
 
 
-def _tenant_walk(p: Any, tenant_id: str, after: int, *filters: ColumnElement[bool]) -> Select[Any]:
+def _tenant_walk(
+    p: Any, tenant_id: str, after: Cursor, *filters: ColumnElement[bool]
+) -> Select[Any]:
     """The tenant's live people past the cursor that pass `filters`, in id order: one ordered
     walk of person_live_keyset_idx (tenant_id, id) WHERE deleted_at IS NULL from (tenant, after).
 
@@ -226,11 +234,11 @@ def _tenant_walk(p: Any, tenant_id: str, after: int, *filters: ColumnElement[boo
     )
 
 
-def _all_users(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> Select[Any]:
+def _all_users(tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int) -> Select[Any]:
     return _tenant_walk(s.person.alias("p"), tenant_id, after).limit(limit)
 
 
-def _segment(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> Select[Any]:
+def _segment(tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int) -> Select[Any]:
     p = s.person.alias("p")
     filters: list[ColumnElement[bool]] = []
     if "statuses" in spec:
@@ -247,7 +255,7 @@ def _segment(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) ->
     return _tenant_walk(p, tenant_id, after, *filters).limit(limit)
 
 
-def _role(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> Select[Any]:
+def _role(tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int) -> Select[Any]:
     """Holders of the listed roles, scoped to the role (several listed → the lowest role id).
 
     Per listed role, a LATERAL page of its live holders past the cursor, read in order from
@@ -284,7 +292,7 @@ def _listed_groups(tenant_id: str, spec: Mapping[str, Any]) -> Any:
     ).subquery("g")
 
 
-def _group(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> Select[Any]:
+def _group(tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int) -> Select[Any]:
     """Student members of the listed live groups, scoped to their student-scope role if any.
 
     Per listed group, a LATERAL page of its live student members past the cursor, read in order
@@ -321,7 +329,7 @@ def _group(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> S
     )
 
 
-def _guardians_of(tenant_id: str, students: Select[Any], after: int, limit: int) -> Select[Any]:
+def _guardians_of(tenant_id: str, students: Select[Any], after: Cursor, limit: int) -> Select[Any]:
     """Guardians of the live students (`person_id`s) `students` selects, only through
     guardianship (R-AUD-11).
 
@@ -362,7 +370,7 @@ def _guardians_of(tenant_id: str, students: Select[Any], after: int, limit: int)
 
 
 def _guardians_of_group(
-    tenant_id: str, spec: Mapping[str, Any], after: int, limit: int
+    tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int
 ) -> Select[Any]:
     g = _listed_groups(tenant_id, spec)
     gm = s.group_membership.alias("gm")
@@ -382,13 +390,13 @@ def _guardians_of_group(
 
 
 def _guardians_of_users(
-    tenant_id: str, spec: Mapping[str, Any], after: int, limit: int
+    tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int
 ) -> Select[Any]:
     # The listed people are the students, never the recipients (R-AUD-11).
     return _guardians_of(tenant_id, _listed_people(tenant_id, spec["userIds"], None), after, limit)
 
 
-def _compound(tenant_id: str, spec: Mapping[str, Any], after: int, limit: int) -> Select[Any]:
+def _compound(tenant_id: str, spec: Mapping[str, Any], after: Cursor, limit: int) -> Select[Any]:
     """ONE SQL UNION ALL of the members, deduplicated by person id, one keyset (R-AUD-9/10).
 
     Each member contributes at most one page, already past the cursor; the union is grouped by
@@ -459,7 +467,7 @@ def fragment_for(kind: object) -> Fragment:
 def page_query(
     tenant_id: str,
     spec: Mapping[str, Any],
-    after_person_id: int,
+    after_person_id: Cursor,
     limit: int,
     *,
     created_until: datetime | None = None,
@@ -506,6 +514,11 @@ def page_query(
         .order_by(person.c.id)
         .limit(limit)
     )
+
+
+async def plan_custom(conn: AsyncConnection) -> None:
+    """Plan this transaction's statements afresh each time (see select_page)."""
+    await conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
 
 
 async def select_page(

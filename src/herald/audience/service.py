@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
@@ -163,6 +164,29 @@ def _compound(spec: Mapping[str, Any]) -> dict[str, Any]:
             f"not {len(members)}"
         )
     return {"kind": "compound", "any": [_validate(m, nested=True) for m in members]}
+
+
+def page_statement(
+    tenant_id: str,
+    spec: Mapping[str, Any],
+    after_person_id: queries.Cursor,
+    limit: int,
+    *,
+    created_until: datetime | None = None,
+) -> Select[Any]:
+    """The keyset page `resolve_audience_page` runs, as a statement for the fan-out to embed in
+    its set-based write (columns id, public_id, full_name, locale, status, role_id, admitted).
+    The spec is re-validated first, exactly as there (R-AUD-16). Run it custom-planned
+    (`queries.plan_custom`)."""
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    return queries.page_query(
+        tenant_id,
+        validate_audience(spec),
+        after_person_id,
+        limit,
+        created_until=created_until,
+    )
 
 
 async def resolve_audience_page(

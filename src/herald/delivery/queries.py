@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,21 +29,31 @@ async def claim_due_deliveries(
     tenant_id: str | None = None,
 ) -> list[tuple[int, str]]:
     """Claim a batch; (delivery id, tenant id) of each claimed row."""
-    result = await conn.execute(
-        SQL["claim_due_deliveries"],
-        {
-            "channel": channel,
-            "limit": limit,
-            "lease_seconds": lease_seconds,
-            "tenant_id": tenant_id,
-        },
-    )
+    params: dict[str, Any] = {"channel": channel, "limit": limit, "lease_seconds": lease_seconds}
+    if tenant_id is None:
+        result = await conn.execute(SQL["claim_due_deliveries"], params)
+    else:
+        result = await conn.execute(
+            SQL["claim_due_deliveries_of_tenant"], {**params, "tenant_id": tenant_id}
+        )
     return [(int(row.id), str(row.tenant_id)) for row in result]
 
 
 async def load_send_contexts(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The send context of each claimed row. The event's variables (one document per event, the
+    same on every row of a broadcast) are decoded once per distinct event in the batch; every
+    row of an event shares that one dict, which `prepare()` only copies, never changes."""
     result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)})
-    return [dict(row._mapping) for row in result]
+    decoded: dict[str, Any] = {}
+    contexts = []
+    for row in result:
+        context = dict(row._mapping)
+        raw = context.pop("event_variables_json")
+        if raw is not None and raw not in decoded:
+            decoded[raw] = json.loads(raw)
+        context["event_variables"] = decoded[raw] if raw is not None else None
+        contexts.append(context)
+    return contexts
 
 
 @dataclass
@@ -110,11 +121,17 @@ async def reclaim_expired_leases(
 async def backfill_unconfigured(
     conn: AsyncConnection, channels: Sequence[str], max_age_hours: int, limit: int
 ) -> list[str]:
-    result = await conn.execute(
-        SQL["backfill_unconfigured"],
-        {"channels": list(channels), "max_age_hours": max_age_hours, "limit": limit},
-    )
-    return [row.channel for row in result]
+    """Up to `limit` rows in all, one channel at a time (each statement walks its index in order)."""
+    redriven: list[str] = []
+    for channel in channels:
+        if len(redriven) >= limit:
+            break
+        result = await conn.execute(
+            SQL["backfill_unconfigured"],
+            {"channel": channel, "max_age_hours": max_age_hours, "limit": limit - len(redriven)},
+        )
+        redriven.extend(row.channel for row in result)
+    return redriven
 
 
 async def deactivate_push_token(conn: AsyncConnection, token_id: int, reason: str) -> None:

@@ -5,35 +5,72 @@
 -- token: the recorder only writes an outcome while the row still carries it.
 -- This is cross-tenant work (it runs as the schema owner), so it returns ids and tenant ids only;
 -- each tenant's send contexts are then read under that tenant (load_send_contexts).
+-- The plan is a range scan of notification_delivery_due_idx (channel, next_attempt_at, id)
+-- WHERE status = 'queued' that stops after :limit rows, with no sort, at any queue depth
+-- (docs/scaling.md; tests/integration/test_plans_claim.py). Two rules keep it so once psycopg
+-- prepares the statement and the server may pick a generic plan: `status = 'queued'` is written
+-- here, never bound (a bound value cannot prove the partial index's predicate), and the ORDER BY
+-- is exactly the index's order after the channel. The ids go to the UPDATE as one array
+-- (`= ANY(ARRAY(…))`) rather than `IN (…)`: a generic plan guesses a bound LIMIT at a tenth of
+-- the table and would hash-join the subquery against a sequential scan of every delivery row;
+-- an array is probed through the primary key. The sweeps below use the same form.
 UPDATE notification_delivery d
    SET status = 'processing',
        claimed_at = clock_timestamp(),
        lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.status = 'queued'
            AND c.channel = :channel
            AND c.next_attempt_at <= now()
-           AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
          ORDER BY c.next_attempt_at, c.id
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
+RETURNING d.id, d.tenant_id;
+
+-- name: claim_due_deliveries_of_tenant
+-- The same claim limited to one tenant (tests and single-tenant drains). A statement of its own
+-- rather than `:tenant_id IS NULL OR tenant_id = :tenant_id` in the one above: that disjunction
+-- is opaque to a generic plan and cost the shared claim its index. It walks the same index and
+-- filters by tenant.
+UPDATE notification_delivery d
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE d.id = ANY(ARRAY(
+        SELECT c.id
+          FROM notification_delivery c
+         WHERE c.status = 'queued'
+           AND c.channel = :channel
+           AND c.next_attempt_at <= now()
+           AND c.tenant_id = :tenant_id
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED))
 RETURNING d.id, d.tenant_id;
 
 -- name: load_send_contexts
 -- Everything the send of each claimed row needs, read under the row's tenant (row-level
 -- security). person is LEFT JOINed so an erased recipient (user_id NULL) still loads and is
 -- recorded as gone instead of vanishing (R-CHAN-5); the push token row is read now, at send
--- time, not at fan-out (R-CHAN-13).
+-- time, not at fan-out (R-CHAN-13). The event's variables come as text: every row of a broadcast
+-- carries the same document, decoded once per batch by load_send_contexts, not once per row.
 SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
        d.claimed_at,
        r.user_id, r.variables AS recipient_variables, r.locale,
-       e.kind, e.variables AS event_variables, e.action_url, e.priority,
+       e.kind, e.variables::text AS event_variables_json, e.action_url, e.priority,
        e.public_id AS event_public_id, e.origin_request_id, e.traceparent,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
-       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active
+       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
+       -- A hard bounce marked this email address undeliverable (herald.receipts): one probe of
+       -- the (tenant, channel, hash) key, for email rows only.
+       (d.channel = 'email' AND p.email IS NOT NULL AND EXISTS (
+            SELECT 1 FROM undeliverable_address u
+             WHERE u.tenant_id = d.tenant_id AND u.channel = 'email'
+               AND u.address_hash = encode(sha256(convert_to(lower(btrim(p.email)), 'UTF8')), 'hex')))
+           AS email_undeliverable
   FROM notification_delivery d
   JOIN notification_recipient r ON r.id = d.recipient_id
   JOIN notification_event e ON e.id = d.event_id
@@ -86,7 +123,25 @@ WITH u AS (
       FROM u, notification_recipient r
      WHERE d.id = u.id AND r.id = d.recipient_id
        AND d.status = 'processing' AND d.claimed_at = u.claimed_at
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
+              d.event_id
+), hooks AS (
+    -- delivery.sent / delivery.dead to the host's subscribed webhook endpoints, in this same
+    -- statement (the outbox; herald.webhooks): nothing is inserted for a tenant without one.
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT done.tenant_id, w.id, 'delivery.' || done.status,
+           jsonb_build_object(
+               'type', 'delivery.' || done.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', done.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', done.channel, 'status', done.status, 'attempts', done.attempts,
+                   'errorCode', split_part(done.last_error, ' ', 1))))
+      FROM done
+      JOIN webhook_endpoint w ON w.tenant_id = done.tenant_id AND w.enabled
+                             AND ('delivery.' || done.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = done.event_id
+     WHERE done.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT done.tenant_id, 'notification.' || done.channel, 'channel_send', done.public_id::text,
@@ -110,13 +165,13 @@ SELECT id FROM done;
 -- Every row it touches leaves its candidate set; no watermark (R-REAPER-6).
 UPDATE notification_delivery d
    SET status = 'queued', failed_at = NULL, last_error = NULL
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.status = 'failed' AND c.next_attempt_at <= now()
          ORDER BY c.next_attempt_at
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
 RETURNING d.channel;
 
 -- name: reclaim_expired_leases
@@ -135,14 +190,31 @@ WITH expired AS (
            dead_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
            failed_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
            last_error = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'LEASE_EXPIRED' END
-     WHERE d.id IN (
+     WHERE d.id = ANY(ARRAY(
             SELECT c.id
               FROM notification_delivery c
              WHERE c.status = 'processing' AND c.lease_expires_at < now()
              ORDER BY c.lease_expires_at
              LIMIT :limit
-               FOR UPDATE SKIP LOCKED)
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+               FOR UPDATE SKIP LOCKED))
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
+              d.event_id
+), hooks AS (
+    -- delivery.dead to the host's subscribed webhook endpoints (herald.webhooks).
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT expired.tenant_id, w.id, 'delivery.' || expired.status,
+           jsonb_build_object(
+               'type', 'delivery.' || expired.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', expired.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', expired.channel, 'status', expired.status, 'attempts', expired.attempts,
+                   'errorCode', split_part(expired.last_error, ' ', 1))))
+      FROM expired
+      JOIN webhook_endpoint w ON w.tenant_id = expired.tenant_id AND w.enabled
+                             AND ('delivery.' || expired.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = expired.event_id
+     WHERE expired.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT tenant_id, 'notification.' || channel, 'channel_send', public_id::text,
@@ -157,17 +229,19 @@ SELECT id, status, channel FROM expired;
 -- Re-drive skipped_unconfigured rows of channels configured now (R-BACKFILL-1..3) and younger than
 -- the backfill window (R-BACKFILL-6), by compare-and-set on the status (R-BACKFILL-4), clearing
 -- skipped_at in the same statement (R-BACKFILL-5) and making the row due (R-PLAT-4).
+-- One channel per statement: with `channel = ANY(…)` the (channel, queued_at) index cannot give
+-- the order across channels, and every skipped row in the window would be sorted each batch.
 UPDATE notification_delivery d
    SET status = 'queued', skipped_at = NULL, next_attempt_at = now()
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
          WHERE c.status = 'skipped_unconfigured'
-           AND c.channel = ANY(CAST(:channels AS text[]))
+           AND c.channel = :channel
            AND c.queued_at > now() - make_interval(hours => :max_age_hours)
          ORDER BY c.queued_at
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
    AND d.status = 'skipped_unconfigured'
 RETURNING d.channel;
 
@@ -209,23 +283,23 @@ RETURNING d.id;
 
 -- name: cancel_unclaimed_deliveries
 -- A cancelled broadcast (DESIGN.md §5.2, §7): at most :limit of its event's deliveries that no
--- worker holds — queued, or failed and waiting for a retry — become `cancelled`, through the
+-- worker holds — queued, held for a digest, or failed and waiting for a retry — become `cancelled`, through the
 -- (event_id, status) index. SKIP LOCKED leaves a row a worker is claiming at this instant to that
 -- worker: it becomes processing (a call in flight, left to finish and be recorded) or, if the
 -- claim rolls back, stays queued for the next statement. `cancelled` is final: the claim takes
 -- only queued rows, and the recorder and the reaper only ever move processing or failed ones.
 UPDATE notification_delivery d
    SET status = 'cancelled'
- WHERE d.id IN (
+ WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
-         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed')
+         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed', 'held')
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED);
+           FOR UPDATE SKIP LOCKED));
 
 -- name: deliveries_in_flight
 -- Whether any delivery of the event still has work ahead of it (queued, processing or failed),
 -- through the (event_id, status) index: three short range probes, never a scan of the event.
 SELECT EXISTS (
         SELECT 1 FROM notification_delivery
-         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed')) AS busy;
+         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed', 'held')) AS busy;

@@ -1,35 +1,42 @@
 """The fan-out: one event → one recipient row per person → one delivery row per channel.
 
 A batch is one transaction over one keyset page of the audience (R-FANOUT-3): it re-checks the
-claim under the event's row lock, resolves the page from the stored spec (R-AUD-3), loads the
-page's preferences in two queries (R-PREF-5) and, only when in_app is requested, the kind's
-overrides (R-FANOUT-13), writes recipients and deliveries, and advances the cursor — or completes
-the event — in the same transaction (R-FANOUT-7). Realtime publishes happen after commit, outside
-this module (R-REALTIME-5).
+claim under the event's row lock, then writes the page's recipients and deliveries in ONE
+set-based statement (fanout.pagewrite: the audience page, the preferences joined in SQL, the
+in-app wording rendered once per locale — overrides read once per batch and only when in_app is
+requested, R-FANOUT-13), and advances the cursor — or completes the event — in the same
+transaction (R-FANOUT-7). A kind whose in-app template is a builder function keeps the
+row-by-row path (`_write_page`: preferences in two queries, R-PREF-5). Realtime publishes happen
+after commit, outside this module (R-REALTIME-5).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.audience import queries as audience_queries
 from herald.audience import service as audience
 from herald.db import tenancy
-from herald.fanout import queries
+from herald.fanout import pagewrite, queries
 from herald.fanout.queries import ClaimedEvent, DeliveryRows
 from herald.kinds import Kind, Registry
 from herald.preferences import service as preferences
 from herald.rendering.render import Override, OverrideKey, render
 from herald.runtime import presence
+from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
 
-GONE_STATUSES = frozenset({"suspended"})
+GONE_STATUSES = frozenset(pagewrite.GONE_STATUSES)
 
 
 @dataclass(frozen=True)
@@ -91,32 +98,142 @@ async def fan_out_batch(
     if cursor is None:
         return BatchOutcome(lost_claim=True)
 
-    members = await audience.resolve_audience_page(
-        conn,
-        event.tenant_id,
-        event.audience,
-        cursor,
-        batch_size,
-        created_until=event.audience_frozen_at,
-    )
     outcome = BatchOutcome()
-    if members:
-        # People who joined after a broadcast's freeze move the cursor but get nothing (R-BCAST-8).
-        admitted = [m for m in members if m.admitted]
-        if admitted:
-            await _write_page(conn, event, admitted, registry, outcome)
-        cursor = members[-1].person_id
+    kind = registry.get(event.kind)
+    if kind is None:
+        log.error(
+            "event %s names kind %s, which the registry no longer has", event.public_id, event.kind
+        )
+    if pagewrite.eligible(kind, event.channels):
+        page_size, last = await _write_page_set(conn, event, kind, cursor, batch_size, outcome)
+        cursor = last if last is not None else cursor
+    else:
+        members = await audience.resolve_audience_page(
+            conn,
+            event.tenant_id,
+            event.audience,
+            cursor,
+            batch_size,
+            created_until=event.audience_frozen_at,
+        )
+        page_size = len(members)
+        if members:
+            # People who joined after a broadcast's freeze move the cursor but get nothing
+            # (R-BCAST-8).
+            admitted = [m for m in members if m.admitted]
+            if admitted:
+                await _write_page(conn, event, admitted, registry, outcome)
+            cursor = members[-1].person_id
 
-    if len(members) < batch_size:
+    if page_size < batch_size:
         # A short page is the last one: complete in the same transaction as its rows.
         outcome.recipient_count = await queries.complete_fanout(conn, event.id, token, cursor)
         outcome.completed = True
+        # The host's event.completed, in the same transaction as the completion (outbox).
+        await webhooks.emit(
+            conn,
+            event.tenant_id,
+            "event.completed",
+            {
+                "eventId": event.public_id,
+                "kind": event.kind,
+                "recipientCount": outcome.recipient_count,
+            },
+        )
         if outcome.recipient_count == 0:
             # Legal (a class with no enrolments) but worth seeing (R-FANOUT-14).
             log.warning("event %s (%s) fanned out to zero recipients", event.public_id, event.kind)
     else:
         await queries.advance_cursor(conn, event.id, token, cursor)
     return outcome
+
+
+async def _write_page_set(
+    conn: AsyncConnection,
+    event: ClaimedEvent,
+    kind: Kind | None,
+    cursor: int,
+    batch_size: int,
+    outcome: BatchOutcome,
+) -> tuple[int, int | None]:
+    """The page, its recipients and their deliveries in one statement (fanout.pagewrite);
+    returns the page's length and its last person id (None for an empty page)."""
+    wording = None
+    if "in_app" in event.channels and kind is not None and "in_app" in kind.channels:
+        # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
+        wording = pagewrite.in_app_wording(kind, event.variables, await _overrides(conn, event))
+    statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
+    # The page's plan depends on the tenant and the cursor (herald.audience.queries).
+    await audience_queries.plan_custom(conn)
+    row = (
+        await conn.execute(statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)})
+    ).one()
+    outcome.recipients_written = int(row.recipients)
+    outcome.deliveries_written = int(row.deliveries)
+    for person_id, recipient_public_id, role_id in pagewrite.notices_of(row):
+        outcome.in_app.append(
+            InAppNotice(
+                tenant_id=event.tenant_id,
+                person_id=person_id,
+                recipient_public_id=recipient_public_id,
+                kind=event.kind,
+                category=event.category,
+                priority=event.priority,
+                occurred_at=event.occurred_at,
+                audience_role_id=role_id,
+            )
+        )
+    if row.queued:
+        await queries.wake_delivery_workers(conn)
+    return int(row.page_size), (None if row.last_person is None else int(row.last_person))
+
+
+# Built statements by event: building one costs more than a batch's planning, and only the
+# cursor and the in-app wording change from batch to batch. Bounded; the oldest go first.
+_STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
+_STATEMENTS_KEPT = 64
+
+
+def _batch_statement(
+    event: ClaimedEvent, kind: Kind | None, batch_size: int, *, renders_in_app: bool
+) -> Select[Any]:
+    key = (
+        event.id,
+        event.tenant_id,
+        json.dumps(event.audience, sort_keys=True),
+        event.audience_frozen_at,
+        event.occurred_at,
+        event.category,
+        tuple(event.channels),
+        None
+        if kind is None
+        else (kind.name, tuple(kind.channels), kind.unsuppressible, kind.persist_rendered),
+        batch_size,
+        renders_in_app,
+    )
+    found = _STATEMENTS.get(key)
+    if found is None:
+        page = audience.page_statement(
+            event.tenant_id,
+            event.audience,
+            pagewrite.CURSOR,
+            batch_size,
+            created_until=event.audience_frozen_at,
+        )
+        found = pagewrite.statement(
+            page,
+            tenant_id=event.tenant_id,
+            event_id=event.id,
+            occurred_at=event.occurred_at,
+            category=event.category,
+            channels=event.channels,
+            kind=kind,
+            renders_in_app=renders_in_app,
+        )
+        while len(_STATEMENTS) >= _STATEMENTS_KEPT:
+            del _STATEMENTS[next(iter(_STATEMENTS))]
+        _STATEMENTS[key] = found
+    return found
 
 
 async def _write_page(
@@ -148,10 +265,6 @@ async def _write_page(
     snapshot = await preferences.load_preferences(conn, person_ids)
     tokens = await queries.active_push_tokens(conn, person_ids) if "push" in event.channels else {}
     overrides = await _overrides(conn, event) if "in_app" in event.channels else {}
-    if kind is None:
-        log.error(
-            "event %s names kind %s, which the registry no longer has", event.public_id, event.kind
-        )
 
     rows = DeliveryRows.empty()
     for member in fresh:
@@ -238,7 +351,9 @@ def _plan_delivery(
             rows.add(recipient_id, channel, "queued", target_id=token_id)
         return
     # Remote channels are rendered at send time, after the secret is resolved (R-SECRET-4).
-    rows.add(recipient_id, channel, "queued")
+    # A kind with a digest on this channel waits for its window (herald.digests).
+    held = kind.digest is not None and channel in kind.digest.channels
+    rows.add(recipient_id, channel, "held" if held else "queued")
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

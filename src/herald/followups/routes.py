@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response, status
 
-from herald.auth.deps import EventsReader, FollowupsWriter, state, transaction
+from herald.auth.deps import EventsReader, FollowupsWriter, body_of, state, transaction
 from herald.followups import service
-from herald.followups.schemas import FollowupOut
+from herald.followups.schemas import FollowupArm, FollowupOut
 
 router = APIRouter(prefix="/v1/followups", tags=["followups"])
 
@@ -21,7 +21,12 @@ router = APIRouter(prefix="/v1/followups", tags=["followups"])
 RawBody = Annotated[Any, Body()]
 
 
-@router.post("", response_model=FollowupOut, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "",
+    response_model=FollowupOut,
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=body_of(FollowupArm),
+)
 async def arm_followup(
     request: Request, response: Response, caller: FollowupsWriter, body: RawBody = None
 ) -> FollowupOut:

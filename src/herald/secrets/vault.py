@@ -17,8 +17,10 @@ Fernet key that lives outside the database, and purged when expired.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Protocol
 
@@ -176,11 +178,25 @@ def vault_key(settings: Settings) -> bytes:
         return settings.vault_key.encode()
     path = Path(settings.data_dir) / "vault.key"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(Fernet.generate_key())
+        _create_key_file(path)
     return path.read_bytes().strip()
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new key beside `path`, then link it into place: `herald api` and `herald worker`
+    started together on a fresh data dir both get here, and the one that loses must read the
+    winner's whole key, never fail on the name or read a file still being written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, staging = tempfile.mkstemp(prefix=".vault.key.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:  # mkstemp creates it 0600
+            handle.write(Fernet.generate_key())
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(staging, path)
+    finally:
+        os.unlink(staging)
 
 
 def build_vault(settings: Settings, engine: AsyncEngine) -> Vault:

@@ -280,15 +280,21 @@ async def unsettled_broadcasts(
 
 
 async def lock_unsettled(conn: AsyncConnection, tenant_id: str, row_id: int) -> RowMapping | None:
-    """The broadcast, locked, with whether its event's fan-out has completed."""
+    """The broadcast, locked, with whether its event's fan-out has completed or given up."""
     completed = (
         select(e.c.fanout_completed_at.is_not(None))
         .where(e.c.id == b.c.event_id)
         .scalar_subquery()
         .label("fanout_completed")
     )
+    failed = (
+        select(e.c.fanout_failed_at.is_not(None))
+        .where(e.c.id == b.c.event_id)
+        .scalar_subquery()
+        .label("fanout_failed")
+    )
     query = (
-        select(*COLUMNS, completed)
+        select(*COLUMNS, completed, failed)
         .where(
             b.c.tenant_id == tenant_id,
             b.c.id == row_id,
@@ -305,6 +311,15 @@ async def mark_completed(conn: AsyncConnection, row_id: int) -> None:
         update(b)
         .where(b.c.id == row_id, b.c.state == "sending")
         .values(state="completed", completed_at=func.now(), settled_at=func.now())
+    )
+    await conn.execute(stmt)
+
+
+async def mark_failed(conn: AsyncConnection, row_id: int) -> None:
+    stmt = (
+        update(b)
+        .where(b.c.id == row_id, b.c.state == "sending")
+        .values(state="failed", failed_at=func.now(), settled_at=func.now())
     )
     await conn.execute(stmt)
 

@@ -12,14 +12,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request, status
 
 from herald.admin.templates.service import parse_page
-from herald.auth.deps import OperatorDep, state, transaction
+from herald.auth.deps import Cursor, Limit, OperatorDep, body_of, state, transaction
 from herald.errors import FeatureDisabled
 from herald.scheduling.broadcasts import service
 from herald.scheduling.broadcasts.schemas import (
+    ApproveInput,
     AudiencePreview,
+    BroadcastInput,
     BroadcastOut,
     BroadcastPage,
     BroadcastReport,
+    BroadcastUpdate,
 )
 
 
@@ -44,8 +47,8 @@ RawBody = Annotated[Any, Body()]
 async def list_broadcasts(
     request: Request,
     operator: OperatorDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> BroadcastPage:
     page = parse_page(limit=limit, cursor=cursor, pagination=pagination)
@@ -53,7 +56,12 @@ async def list_broadcasts(
         return await service.list_broadcasts(conn, operator, page)
 
 
-@router.post("", response_model=BroadcastOut, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "",
+    response_model=BroadcastOut,
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=body_of(BroadcastInput),
+)
 async def create_broadcast(
     request: Request, operator: OperatorDep, body: RawBody = None
 ) -> BroadcastOut:
@@ -67,7 +75,7 @@ async def get_broadcast(request: Request, operator: OperatorDep, broadcast_id: s
         return await service.get_broadcast(conn, operator, broadcast_id)
 
 
-@router.put("/{broadcast_id}", response_model=BroadcastOut)
+@router.put("/{broadcast_id}", response_model=BroadcastOut, openapi_extra=body_of(BroadcastUpdate))
 async def update_broadcast(
     request: Request, operator: OperatorDep, broadcast_id: str, body: RawBody = None
 ) -> BroadcastOut:
@@ -77,7 +85,9 @@ async def update_broadcast(
         )
 
 
-@router.post("/{broadcast_id}/approve", response_model=BroadcastOut)
+@router.post(
+    "/{broadcast_id}/approve", response_model=BroadcastOut, openapi_extra=body_of(ApproveInput)
+)
 async def approve_broadcast(
     request: Request, operator: OperatorDep, broadcast_id: str, body: RawBody = None
 ) -> BroadcastOut:

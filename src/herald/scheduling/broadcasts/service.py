@@ -89,6 +89,7 @@ from herald.scheduling.broadcasts.schemas import (
 )
 from herald.sending import service as sending
 from herald.vocabulary import IN_FLIGHT_STATUSES as IN_FLIGHT
+from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +293,8 @@ async def cancel_broadcast(
     after = await queries.cancel(conn, operator.tenant_id, before["id"], actor)
     if after is None:
         current = await _find(conn, operator, broadcast_id)
-        if current["state"] == "completed":
-            raise BroadcastCompleted()
+        if current["state"] in ("completed", "failed"):
+            raise BroadcastCompleted(f"the broadcast has already {current['state']}")
         raise BroadcastCancelled("the broadcast is already cancelled")
     if after["event_id"] is not None:
         # No recipient is written after this commits: the fan-out's next batch finds the event
@@ -383,7 +384,7 @@ class Status:
 
     @property
     def done(self) -> bool:
-        return self.state == "completed" or (self.state == "cancelled" and self.settled)
+        return self.state in ("completed", "failed") or (self.state == "cancelled" and self.settled)
 
     def describe(self) -> str:
         return ", ".join(f"{status} {n}" for status, n in sorted(self.counts.items())) or "none yet"
@@ -500,7 +501,8 @@ async def release_broadcast(
 
 async def settle_broadcast(conn: AsyncConnection, due: Due) -> str | None:
     """Complete a sending broadcast whose work is done, or carry a cancelled one's cancelling
-    on; the state reached ("completed", "settled", "sending", "cancelling") or None when locked."""
+    on, or fail one whose event's fan-out gave up; the state reached ("completed", "failed",
+    "settled", "sending", "cancelling") or None when locked."""
     await tenancy.enter_tenant(conn, due.tenant_id)
     row = await queries.lock_unsettled(conn, due.tenant_id, due.id)
     if row is None:
@@ -509,10 +511,32 @@ async def settle_broadcast(conn: AsyncConnection, due: Due) -> str | None:
     if event_id is None:  # the event aged out: nothing of it is left in flight
         await queries.mark_settled(conn, row["id"])
         return "settled"
+    if row["state"] == "sending" and row["fanout_failed"]:
+        # The fan-out was dead-lettered (its attempt budget spent): no more recipients will be
+        # written. What it wrote goes on being sent; once none of it is in flight the broadcast
+        # is final as `failed`, and its report adds up from the rows it has.
+        if await delivery.in_flight(conn, event_id):
+            return "sending"
+        await queries.mark_failed(conn, row["id"])
+        await record_audit(
+            conn,
+            _scheduler(due.tenant_id),
+            "complete",
+            ENTITY,
+            str(row["public_id"]),
+            {"state": {"before": "sending", "after": "failed"}},
+        )
+        return "failed"
     if row["state"] == "sending":
         if not row["fanout_completed"] or await delivery.in_flight(conn, event_id):
             return "sending"
         await queries.mark_completed(conn, row["id"])
+        await webhooks.emit(
+            conn,
+            due.tenant_id,
+            "broadcast.completed",
+            {"broadcastId": row["public_id"], "state": "completed"},
+        )
         await record_audit(
             conn,
             _scheduler(due.tenant_id),

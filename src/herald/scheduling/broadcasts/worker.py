@@ -35,6 +35,7 @@ class BroadcastTickReport:
     leader: bool = False
     released: int = 0
     completed: int = 0
+    failed: int = 0
     settled: int = 0
     errors: int = 0
 
@@ -90,6 +91,9 @@ async def run_tick(
             if outcome == "completed":
                 report.completed += 1
                 log.info("broadcast %s (tenant %s) completed", *_ids(item))
+            elif outcome == "failed":
+                report.failed += 1
+                log.error("broadcast %s (tenant %s): its fan-out gave up; failed", *_ids(item))
             elif outcome == "settled":
                 report.settled += 1
                 log.info("broadcast %s (tenant %s): cancellation settled", *_ids(item))

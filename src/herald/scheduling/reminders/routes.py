@@ -12,10 +12,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
 from herald.admin.templates.service import parse_page, parse_version
-from herald.auth.deps import OperatorDep, state, transaction
+from herald.auth.deps import Cursor, Limit, OperatorDep, body_of, state, transaction
 from herald.errors import FeatureDisabled
 from herald.scheduling.reminders import service
-from herald.scheduling.reminders.schemas import OccurrencePage, ReminderOut, ReminderPage, RunPage
+from herald.scheduling.reminders.schemas import (
+    OccurrencePage,
+    ReminderInput,
+    ReminderOut,
+    ReminderPage,
+    ReminderUpdate,
+    RunPage,
+)
 
 
 def require_reminders(request: Request) -> None:
@@ -34,14 +41,15 @@ Pagination = Annotated[str | None, Query(include_in_schema=False)]
 # The body is taken as plain JSON and validated by the service, so a bad field is a 400 with
 # NOTIFICATION_REMINDER_INVALID naming it rather than the generic 422.
 RawBody = Annotated[Any, Body()]
+VersionQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 
 @router.get("", response_model=ReminderPage)
 async def list_reminders(
     request: Request,
     operator: OperatorDep,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> ReminderPage:
     page = parse_page(limit=limit, cursor=cursor, pagination=pagination)
@@ -49,7 +57,12 @@ async def list_reminders(
         return await service.list_reminders(conn, operator, page)
 
 
-@router.post("", response_model=ReminderOut, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "",
+    response_model=ReminderOut,
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=body_of(ReminderInput),
+)
 async def create_reminder(
     request: Request, operator: OperatorDep, body: RawBody = None
 ) -> ReminderOut:
@@ -63,7 +76,7 @@ async def get_reminder(request: Request, operator: OperatorDep, reminder_id: str
         return await service.get_reminder(conn, operator, reminder_id)
 
 
-@router.put("/{reminder_id}", response_model=ReminderOut)
+@router.put("/{reminder_id}", response_model=ReminderOut, openapi_extra=body_of(ReminderUpdate))
 async def update_reminder(
     request: Request, operator: OperatorDep, reminder_id: str, body: RawBody = None
 ) -> ReminderOut:
@@ -75,7 +88,7 @@ async def update_reminder(
 
 @router.delete("/{reminder_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_reminder(
-    request: Request, operator: OperatorDep, reminder_id: str, version: str | None = None
+    request: Request, operator: OperatorDep, reminder_id: str, version: VersionQuery = None
 ) -> Response:
     expected = parse_version(version)
     async with transaction(request) as conn:
@@ -88,8 +101,8 @@ async def preview_occurrences(
     request: Request,
     operator: OperatorDep,
     reminder_id: str,
-    after: str | None = None,
-    count: str | None = None,
+    after: Annotated[str | None, Query(json_schema_extra={"format": "date-time"})] = None,
+    count: Annotated[int | None, Query(ge=1, le=service.MAX_OCCURRENCES)] = None,
 ) -> OccurrencePage:
     moment, number = service.parse_occurrence_query(after, count)
     async with transaction(request) as conn:
@@ -101,8 +114,8 @@ async def list_runs(
     request: Request,
     operator: OperatorDep,
     reminder_id: str,
-    limit: str | None = None,
-    cursor: str | None = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> RunPage:
     page = parse_page(limit=limit, cursor=cursor, pagination=pagination)

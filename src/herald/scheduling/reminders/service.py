@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import AwareDatetime, TypeAdapter, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -195,15 +195,18 @@ def _checked_weekdays(weekdays: list[int]) -> list[int]:
     return sorted(weekdays)
 
 
-def parse_occurrence_query(after: str | None, count: str | None) -> tuple[datetime | None, int]:
+_INSTANT: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)
+
+
+def parse_occurrence_query(
+    after: str | None, count: str | int | None
+) -> tuple[datetime | None, int]:
     moment: datetime | None = None
     if after is not None:
         try:
-            moment = datetime.fromisoformat(after)
-        except ValueError:
+            moment = _INSTANT.validate_python(after)
+        except ValidationError:
             raise _invalid("after", "an ISO 8601 instant with its offset is required") from None
-        if moment.tzinfo is None:
-            raise _invalid("after", "an ISO 8601 instant with its offset is required")
     number = DEFAULT_OCCURRENCES
     if count is not None:
         try:

@@ -1,0 +1,217 @@
+"""The claim's plan at a realistic queue depth, as the server runs it once it is prepared.
+
+psycopg prepares a statement after a few executions, and the server may then run a generic plan
+that knows none of the bound values. These tests prepare Herald's own statements (the text in
+delivery/queries.sql), force the generic plan, and read the plan from EXPLAIN (FORMAT JSON): the
+claim must walk notification_delivery_due_idx in order and stop, with no sort over the queue —
+with tied due times (one fan-out batch) as well as spread ones. The reaper's sweeps and the
+recorder's batch write must reach their rows through an index, never a scan of the table.
+
+The module builds its own databases (tied, spread): its rows must not leak into the shared one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql as sql_
+
+from herald.db import migrate
+from herald.db.engine import libpq_url
+from herald.delivery.queries import SQL
+from tests.conftest import create_database, drop_database
+
+QUEUED = 5_000
+_PARAM = re.compile(r"(?<![:\w]):([a-z_]+)")
+
+
+def _positional(sql: str) -> tuple[str, list[str]]:
+    """The statement with `:name` parameters turned into `$n`, and the names in order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return _PARAM.sub(number, sql), names
+
+
+def _seed(conn: psycopg.Connection[Any], *, tied: bool) -> None:
+    """QUEUED queued email deliveries of one event (tied or spread due times), a few hundred
+    delivered in-app rows and some failed, processing and skipped rows beside them, then ANALYZE."""
+    conn.execute(
+        "INSERT INTO person (tenant_id, external_id, full_name, email) "
+        "SELECT 'plans', 'p' || g, 'Person ' || g, 'p' || g || '@example.com' "
+        "FROM generate_series(1, %s) g",
+        (QUEUED,),
+    )
+    conn.execute(
+        "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, channels, "
+        "variables, dedupe_key, fanout_claimed_at, fanout_claim_token, fanout_completed_at, "
+        "recipient_count) VALUES ('plans', 'announcement.posted', 'announcement', 'normal', "
+        '\'{"kind": "all_users"}\', ARRAY[\'email\', \'in_app\'], \'{"title": "t", "message": "m"}\', '
+        "%s, now(), gen_random_uuid(), now(), %s)",
+        (uuid.uuid4().hex * 2, QUEUED),
+    )
+    conn.execute(
+        "INSERT INTO notification_recipient (tenant_id, event_id, user_id, user_public_id_snapshot, "
+        "variables, occurred_at) SELECT tenant_id, (SELECT max(id) FROM notification_event), id, "
+        "public_id, '{}'::jsonb, now() FROM person WHERE tenant_id = 'plans'"
+    )
+    conn.execute(
+        "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
+        "next_attempt_at) SELECT tenant_id, event_id, id, 'email', 'queued', "
+        "CASE WHEN %s THEN now() - interval '1 hour' "
+        "ELSE now() - interval '1 hour' + id * interval '1 ms' END "
+        "FROM notification_recipient WHERE tenant_id = 'plans'",
+        (tied,),
+    )
+    conn.execute(
+        "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status) "
+        "SELECT tenant_id, event_id, id, 'in_app', 'delivered' "
+        "FROM notification_recipient WHERE tenant_id = 'plans' AND id % 10 = 0"
+    )
+    # A few rows in every other state the sweeps look for.
+    conn.execute(
+        "UPDATE notification_delivery SET status = 'failed', failed_at = now(), failure_count = 1, "
+        "attempts = 1 WHERE channel = 'email' AND id % 50 = 1"
+    )
+    conn.execute(
+        "UPDATE notification_delivery SET status = 'processing', claimed_at = now(), "
+        "lease_expires_at = now() + interval '5 minutes' WHERE channel = 'email' AND id % 50 = 2"
+    )
+    conn.execute(
+        "UPDATE notification_delivery SET status = 'skipped_unconfigured', skipped_at = now() "
+        "WHERE channel = 'email' AND id % 50 = 3"
+    )
+    conn.execute("VACUUM ANALYZE")
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "spread"])
+def queue(request: pytest.FixtureRequest, server_url: str) -> Iterator[psycopg.Connection[Any]]:
+    name = f"herald_plans_{uuid.uuid4().hex[:10]}"
+    url = create_database(server_url, name)
+    try:
+        migrate.upgrade(url)
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            _seed(conn, tied=request.param)
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            yield conn
+    finally:
+        drop_database(server_url, name)
+
+
+def _generic_plan(conn: psycopg.Connection[Any], statement: str, **values: Any) -> dict[str, Any]:
+    """The generic plan of Herald's statement `statement`, prepared as psycopg would."""
+    sql, names = _positional(str(SQL[statement]))
+    conn.execute("DEALLOCATE ALL")
+    conn.execute(f"PREPARE plan_under_test AS {sql}")
+    args = ", ".join(sql_.Literal(_literal(values[n])).as_string(conn) for n in names)
+    # EXPLAIN without ANALYZE: nothing is claimed or written.
+    row = conn.execute(f"EXPLAIN (FORMAT JSON) EXECUTE plan_under_test({args})").fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return dict(plan[0]["Plan"])
+
+
+def _literal(value: Any) -> str:
+    """An untyped literal: the prepared statement's own casts give it its type."""
+    if isinstance(value, list):
+        return "{" + ",".join(str(v) for v in value) + "}"
+    return str(value)
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _scans_of_delivery(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [n for n in _nodes(plan) if n.get("Relation Name") == "notification_delivery"]
+
+
+def _index_names(plan: dict[str, Any]) -> set[str]:
+    return {n["Index Name"] for n in _nodes(plan) if "Index Name" in n}
+
+
+def _assert_no_sort_and_no_seq_scan(plan: dict[str, Any]) -> None:
+    kinds = {n["Node Type"] for n in _nodes(plan)}
+    assert not kinds & {"Sort", "Incremental Sort"}, json.dumps(plan, indent=1)
+    scans = _scans_of_delivery(plan)
+    assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), json.dumps(plan, indent=1)
+
+
+@pytest.mark.parametrize("statement", ["claim_due_deliveries", "claim_due_deliveries_of_tenant"])
+def test_the_claim_walks_the_due_index_in_order_under_a_generic_plan(
+    queue: psycopg.Connection[Any], statement: str
+) -> None:
+    plan = _generic_plan(
+        queue, statement, channel="email", limit=100, lease_seconds=300, tenant_id="plans"
+    )
+    _assert_no_sort_and_no_seq_scan(plan)
+    candidate = [n for n in _scans_of_delivery(plan) if n.get("Alias") == "c"]
+    assert [n["Node Type"] for n in candidate] == ["Index Scan"], json.dumps(plan, indent=1)
+    assert candidate[0]["Index Name"] == "notification_delivery_due_idx"
+    # The LIMIT sits straight above the row locks over the ordered scan: it stops after :limit.
+    limits = [n for n in _nodes(plan) if n["Node Type"] == "Limit"]
+    assert limits and limits[0]["Plans"][0]["Node Type"] == "LockRows"
+
+
+@pytest.mark.parametrize(
+    ("statement", "index"),
+    [
+        ("reclaim_expired_leases", "notification_delivery_lease_idx"),
+        ("requeue_due_failures", "notification_delivery_failed_due_idx"),
+        ("backfill_unconfigured", "notification_delivery_unconfigured_idx"),
+    ],
+)
+def test_the_sweeps_walk_their_indexes(
+    queue: psycopg.Connection[Any], statement: str, index: str
+) -> None:
+    plan = _generic_plan(
+        queue, statement, limit=500, max_attempts=5, channel="email", max_age_hours=24
+    )
+    _assert_no_sort_and_no_seq_scan(plan)
+    assert index in _index_names(plan), json.dumps(plan, indent=1)
+
+
+def test_the_recorder_reaches_its_rows_through_an_index(queue: psycopg.Connection[Any]) -> None:
+    ids = [r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 50")]
+    n = len(ids)
+    plan = _generic_plan(
+        queue,
+        "record_outcomes",
+        ids=ids,
+        claimed_ats=["2026-01-01T00:00:00Z"] * n,
+        statuses=["sent"] * n,
+        attempt_incs=[1] * n,
+        failure_incs=[0] * n,
+        delays=["NULL"] * n,
+        errors=["NULL"] * n,
+        message_ids=["NULL"] * n,
+        hints=["NULL"] * n,
+        titles=["NULL"] * n,
+        bodies=["NULL"] * n,
+        hashes=["NULL"] * n,
+        template_versions=["NULL"] * n,
+        called=["true"] * n,
+        provider_statuses=["NULL"] * n,
+        outcomes=["sent"] * n,
+        skipped_statuses=["skipped_unconfigured"],
+    )
+    scans = _scans_of_delivery(plan)
+    assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), json.dumps(plan, indent=1)
+    # By primary key, or through the processing rows' partial index (bounded by the rows in
+    # flight, workers × batch size, not by the table) — either way never the whole table.
+    assert _index_names(plan) & {
+        "notification_delivery_pkey",
+        "notification_delivery_lease_idx",
+    }, json.dumps(plan, indent=1)

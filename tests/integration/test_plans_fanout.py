@@ -1,0 +1,164 @@
+"""The fan-out's hot statements keep their indexes under a GENERIC plan.
+
+psycopg prepares a statement from its fifth run on a connection, and PostgreSQL may then use one
+generic plan that knows no parameter value. A partial index is usable in a generic plan only if
+its predicate follows from the SQL text alone — which is why the constants that select one
+(`fanout_claimed_at IS NULL`, `is_active`, …) are written in the SQL, never bound. Each
+statement here is PREPAREd exactly as the fan-out runs it, planned with
+plan_cache_mode = force_generic_plan, and its EXPLAIN (FORMAT JSON) must name the intended index.
+
+enable_seqscan is off so that a tiny test table does not make a sequential scan merely cheaper:
+what is checked is that the index is *usable* by the statement's shape. A predicate that did not
+imply the index's (a bound constant, a coalesce in another order) leaves the planner no choice
+but the disabled scan, and the test fails.
+
+The batch write's audience page is planned custom on purpose (herald.audience.queries: a generic
+plan knows neither tenant nor cursor); its other probes — preferences, push tokens, the recipient
+conflict arbiter — are checked here under a generic plan too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.dialects import postgresql
+
+from herald.audience import service as audience
+from herald.db.engine import libpq_url
+from herald.fanout import pagewrite
+from herald.fanout.queries import SQL
+from herald.kinds.sample import SAMPLE_REGISTRY
+
+
+def _named_to_positional(sql: str) -> tuple[str, list[str]]:
+    """`:name` → `$n` (first appearance order); `::type` casts are left alone."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return re.sub(r"(?<![:\w]):([a-z_][a-z_0-9]*)", number, sql), names
+
+
+def _indexes(plan: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(plan, dict):
+        if "Index Name" in plan:
+            found.add(plan["Index Name"])
+        for value in plan.values():
+            found |= _indexes(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            found |= _indexes(item)
+    return found
+
+
+def _scans(plan: Any) -> set[tuple[str, str]]:
+    """(node type, relation) of every scan that reads a table."""
+    found: set[tuple[str, str]] = set()
+    if isinstance(plan, dict):
+        if "Relation Name" in plan and plan.get("Node Type", "").endswith("Scan"):
+            found.add((plan["Node Type"], plan["Relation Name"]))
+        for value in plan.values():
+            found |= _scans(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            found |= _scans(item)
+    return found
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        connection.execute("SET plan_cache_mode = force_generic_plan")
+        connection.execute("SET enable_seqscan = off")
+        yield connection
+        connection.rollback()
+
+
+def generic_plan(conn: psycopg.Connection[Any], sql: str, values: dict[str, Any]) -> Any:
+    positional, names = _named_to_positional(sql)
+    name = f"fx_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"PREPARE {name} AS {positional}")  # type: ignore[arg-type]
+    args = f"({', '.join(['%s'] * len(names))})" if names else ""
+    cursor = psycopg.ClientCursor(conn)
+    cursor.execute(
+        f"EXPLAIN (FORMAT JSON) EXECUTE {name}{args}",  # type: ignore[arg-type]
+        [values[n] for n in names],
+    )
+    row = cursor.fetchone()
+    assert row is not None
+    plan = row[0]
+    return plan if not isinstance(plan, str) else json.loads(plan)
+
+
+TOKEN = uuid.uuid4()
+
+CASES = [
+    ("claim_event", {"token": TOKEN, "tenant_id": None, "holder": 1}, "notification_event_fanout_due_idx"),
+    ("claim_event", {"token": TOKEN, "tenant_id": "t", "holder": 1}, "notification_event_fanout_due_idx"),
+    ("lock_claimed_event", {"event_id": 1, "token": TOKEN}, "notification_event_pkey"),
+    ("advance_cursor", {"event_id": 1, "token": TOKEN, "cursor": 5}, "notification_event_pkey"),
+    ("complete_fanout", {"event_id": 1, "token": TOKEN, "cursor": 5}, "notification_recipient_event_user_key"),
+    ("release_stale_fanout_claims", {"older_than_seconds": 60, "limit": 100}, "notification_event_fanout_claimed_idx"),
+    ("release_orphaned_fanout_claims", {"namespace": 7, "limit": 100}, "notification_event_fanout_claimed_idx"),
+    ("release_own_claim", {"event_id": 1, "token": TOKEN}, "notification_event_pkey"),
+    ("wake_if_due", {}, "notification_event_fanout_due_idx"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("statement", "values", "index"), CASES)
+def test_hot_statement_uses_its_index_under_a_generic_plan(
+    conn: psycopg.Connection[Any], statement: str, values: dict[str, Any], index: str
+) -> None:
+    plan = generic_plan(conn, str(SQL[statement].text), values)
+    assert index in _indexes(plan), json.dumps(plan, indent=1)[:3000]
+    assert not {t for t in _scans(plan) if t[0] == "Seq Scan"}, _scans(plan)
+
+
+def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The set-based batch write (fanout.pagewrite) over in_app + email + push: preferences by
+    their primary keys, push tokens by the partial active-token index (its `is_active` is in the
+    SQL text), the recipient insert's conflict arbiter, the page by the live keyset index."""
+    kind = SAMPLE_REGISTRY.get("announcement.posted")
+    assert kind is not None
+    channels = ["in_app", "email", "push"]
+    page = audience.page_statement("t", {"kind": "all_users"}, pagewrite.CURSOR, 500)
+    statement = pagewrite.statement(
+        page,
+        tenant_id="t",
+        event_id=1,
+        occurred_at=datetime(2026, 12, 1, tzinfo=UTC),
+        category=kind.category,
+        channels=channels,
+        kind=kind,
+        renders_in_app=True,
+    )
+    wording = pagewrite.in_app_wording(kind, dict(kind.variables), {})
+    compiled = statement.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[attr-defined]
+    sql = re.sub(r"%\((\w+)\)s", r":\1", str(compiled))
+    values = compiled.construct_params({"fanout_after": 0, **pagewrite.wording_params(wording)})
+    plan = generic_plan(conn, sql, values)
+    used = _indexes(plan)
+    for index in (
+        "person_live_keyset_idx",
+        "notification_preference_pkey",
+        "notification_channel_preference_pkey",
+        "notification_push_token_person_idx",
+    ):
+        assert index in used, (index, sorted(used))
+    assert not {t for t in _scans(plan) if t[0] == "Seq Scan"}, _scans(plan)
+    arbiter = json.dumps(plan)
+    assert "notification_recipient_event_user_key" in arbiter
