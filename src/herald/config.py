@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     smtp_starttls: bool = True
     resend_api_key: str | None = None
     resend_base_url: str = "https://api.resend.com"
+    # Resend's webhook signing secret (whsec_…): delivery receipts at /v1/providers/resend/events
+    # are verified with it; unset, that route answers 404.
+    resend_webhook_secret: str | None = None
 
     # SMS.
     sms_provider: Literal["aakash", "twilio", "mock"] | None = None
@@ -80,6 +83,9 @@ class Settings(BaseSettings):
     twilio_auth_token: str | None = None
     twilio_from: str | None = None
     twilio_base_url: str = "https://api.twilio.com"
+    # The public URL of /v1/providers/twilio/status as Twilio calls it (behind a proxy Herald
+    # sees another): sent as each message's StatusCallback and used to check X-Twilio-Signature.
+    twilio_status_callback_url: str | None = None
 
     # Push.
     push_provider: Literal["fcm", "mock"] | None = None
@@ -121,6 +127,23 @@ class Settings(BaseSettings):
 
     # Operational email (R-OPMAIL-*, R-PLAT-9): its own retry budget, not the deliveries'.
     operational_email_max_attempts: int = Field(default=5, ge=1, le=100)
+
+    # Throttle (issue 16): at most this many SMS per person per category within the window;
+    # past it, SMS deliveries are skipped_throttled. 0: off. Security and account are exempt.
+    throttle_sms_per_category: int = Field(default=0, ge=0, le=10_000)
+    throttle_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+
+    # Outbound webhooks to the host (issue 16). Endpoints must be https and resolve only to
+    # public addresses (SSRF): private, loopback, link-local and metadata addresses are refused
+    # at create time and again at every send, unless named here (comma-separated host names or
+    # CIDR networks). `herald dev` allows loopback (http included) so a laptop can receive them.
+    webhook_allow_loopback: bool = False
+    webhook_allowed_hosts: str = ""
+    # Attempts before a message is dead (its dead letter replayable); with the default backoff
+    # (retry_base_seconds doubling up to webhook_retry_max_seconds) 15 attempts span about a day.
+    webhook_max_attempts: int = Field(default=15, ge=1, le=100)
+    webhook_retry_max_seconds: int = Field(default=3600, ge=1, le=86_400)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
 
     # Scheduler and features of DESIGN.md §5.2 (off by default; `herald dev` turns them on).
     feature_reminders: bool = False

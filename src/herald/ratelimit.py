@@ -39,6 +39,7 @@ REDIS_RETRY_SECONDS = 1.0
 
 
 @functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def parse_limit(value: str) -> limits.RateLimitItem | None:
     """`100/second`, `6000 per minute`, `10/5 seconds` (the `limits` notation), or `off`.
 

@@ -38,12 +38,16 @@ SKIPPED_STATUSES: Final[tuple[str, ...]] = (
     "skipped_no_destination",
     "skipped_unconfigured",
     "skipped_recipient_gone",
+    "skipped_throttled",
 )
 DeliveryStatus = Literal[
     "queued",
     "processing",
     "sent",
     "delivered",
+    # Final: the provider reported the message undeliverable after accepting it (an email hard
+    # bounce, an SMS undelivered); last_error carries the provider's code.
+    "bounced",
     "failed",
     "dead",
     "cancelled",
@@ -52,10 +56,16 @@ DeliveryStatus = Literal[
     "skipped_no_destination",
     "skipped_unconfigured",
     "skipped_recipient_gone",
+    # Digests (issue 16): `held` waits for its kind's digest window; `digested` is final, carried
+    # by the digest delivery named in digest_delivery_id.
+    "held",
+    "digested",
+    # Throttle (issue 16): past the per-person, per-category cap on a paid channel.
+    "skipped_throttled",
 ]
 DELIVERY_STATUSES: Final[tuple[str, ...]] = get_args(DeliveryStatus)
 # Statuses in which a delivery still has work ahead of it (retention never touches these).
-IN_FLIGHT_STATUSES: Final[tuple[str, ...]] = ("queued", "processing", "failed")
+IN_FLIGHT_STATUSES: Final[tuple[str, ...]] = ("queued", "processing", "failed", "held")
 
 AudienceKind = Literal[
     "users",
@@ -124,6 +134,7 @@ PERMISSION_MODULES: Final[tuple[str, ...]] = (
     "NotificationHistory",
     "NotificationFailure",
     "NotificationReminder",
+    "NotificationWebhook",
 )
 PERMISSION_VERBS: Final[tuple[str, ...]] = ("CREATE", "READ", "UPDATE", "DELETE", "RESTORE")
 # Broadcasts have their own verbs: APPROVE is the second person's (DESIGN.md §5.2), and a
@@ -156,6 +167,27 @@ FollowupState = Literal["armed", "notified", "follow_up", "acknowledged", "not_r
 FOLLOWUP_STATES: Final[tuple[str, ...]] = get_args(FollowupState)
 # R-FOLLOW-4: a sweeper's transition (armed → notified → follow_up) never changes openness.
 FOLLOWUP_OPEN_STATES: Final[tuple[str, ...]] = ("armed", "notified", "follow_up")
+
+# Outbound webhooks to the host (issue 16): the event types an endpoint may subscribe to, and
+# the life of one webhook message (queued → processing → sent, or back to queued with a backoff,
+# or dead with its dead letter after the last attempt).
+WebhookEventType = Literal[
+    "delivery.sent",
+    "delivery.delivered",
+    "delivery.bounced",
+    "delivery.dead",
+    "event.completed",
+    "broadcast.completed",
+    "followup.reminded",
+]
+WEBHOOK_EVENT_TYPES: Final[tuple[str, ...]] = get_args(WebhookEventType)
+# Sent by "send a test event" only; no endpoint subscribes to it.
+WEBHOOK_TEST_EVENT: Final = "webhook.test"
+WebhookMessageStatus = Literal["queued", "processing", "sent", "dead"]
+WEBHOOK_MESSAGE_STATUSES: Final[tuple[str, ...]] = get_args(WebhookMessageStatus)
+
+# Channels whose addresses a hard bounce marks undeliverable (undeliverable_address).
+UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email",)
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

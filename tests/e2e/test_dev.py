@@ -42,6 +42,20 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
             token = _banner_value("token", text)
             keys.append(key)
             assert "curl -sS -X POST" in text and "/v1/me/notifications" in text
+            # Two console sign-in links: the principal (every permission) and the deputy (the
+            # broadcast approver, without dead letters); the token rides in the fragment.
+            links = re.findall(r"^\s+console\s+(\S+)", text, re.MULTILINE)
+            assert len(links) == 2, text
+            assert all(link.startswith(f"{base_url}/console/sign-in#token=") for link in links)
+            operator, approver = (link.split("#token=", 1)[1] for link in links)
+            for console_token, dead_letters in ((operator, 200), (approver, 404)):
+                with httpx.Client(base_url=base_url, timeout=10) as browser:
+                    signed = browser.post(
+                        "/console/session", headers={"Authorization": f"Bearer {console_token}"}
+                    )
+                    assert signed.status_code == 303, signed.text
+                    assert browser.get("/console/history").status_code == 200
+                    assert browser.get("/console/dead-letters").status_code == dead_letters
             if run == 0:
                 # What the first printed curl command does.
                 sent = httpx.post(

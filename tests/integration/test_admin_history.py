@@ -512,6 +512,7 @@ async def test_deliveries_of_an_event(
         "id", "channel", "status", "attempts", "failureCount", "leaseExpiryCount", "queuedAt",
         "sentAt", "deliveredAt", "failedAt", "skippedAt", "deadAt", "lastError",
         "providerMessageId", "templateVersion", "renderedHash", "replayOfDeliveryId",
+        "reasonCode", "reason",
     }  # fmt: skip
 
     # Paging: 2 + 2 + 1 in the same order as the one-page answer.

@@ -604,6 +604,31 @@ async def test_unread_count(client: AsyncClient, seed: Seed, auth: Any) -> None:
     assert await unread(client, auth("tara", role="teacher")) == 2
 
 
+async def test_unread_count_stops_at_the_cap(client: AsyncClient, seed: Seed, auth: Any) -> None:
+    """Issue 19: counting stops at UNREAD_COUNT_CAP, so its cost does not grow with a person's
+    history; below the cap the count is exact and `capped` false, at the cap `capped` says "at
+    least this many" (a badge's "99+")."""
+    cap = queries.UNREAD_COUNT_CAP
+    ana = await seed.person("ana")
+    items = await seed.notify_many(ana, cap + 2)
+    headers = auth("ana")
+
+    async def counted() -> dict[str, Any]:
+        response = await client.get(f"{BASE}/unread-count", headers=headers)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    assert await counted() == {"count": cap, "capped": True}
+    for item in items[:2]:
+        assert (await client.post(f"{BASE}/{item.id}/read", headers=headers)).status_code == 200
+    assert await counted() == {"count": cap, "capped": True}
+    assert (await client.post(f"{BASE}/{items[2].id}/read", headers=headers)).status_code == 200
+    assert await counted() == {"count": cap - 1, "capped": False}
+    assert (await client.post(f"{BASE}/read-all", headers=headers)).json() == {"updated": cap - 1}
+    assert await counted() == {"count": 0, "capped": False}
+
+
 async def test_mark_read_twice_keeps_the_first_timestamp(
     client: AsyncClient, seed: Seed, auth: Any, engine: AsyncEngine
 ) -> None:

@@ -4,6 +4,8 @@ tests/e2e/test_observability.py.)"""
 
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -33,6 +35,7 @@ from tests import seed
 from tests.conftest import create_database, drop_database
 from tests.integration.test_delivery import ScriptedProvider, deliver, email_delivery
 from tests.integration.test_directory import api_key
+from tests.integration.test_fanout import run_to_completion, send_event
 from tests.integration.test_metrics import gauge
 
 
@@ -105,6 +108,60 @@ async def test_failing_provider_shows_in_the_outcome_counter_and_the_oldest_age(
     assert 'herald_scheduler_lag_seconds{source="reminder"}' in after
     for line in after.splitlines():  # no label value carries an address or an id
         assert "@" not in line and tenant not in line
+
+
+async def test_a_batch_logs_one_info_line_and_each_failed_call_its_own_warning(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    vault: Vault,
+    delivery_settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/scaling.md §2.3: at INFO a batch writes one summary line, not one per call; a failed
+    call keeps its own WARNING line (the runbook's), and the counters still count every call."""
+    async with engine.begin() as conn:
+        group_id = await seed.group(conn, tenant, "class-7a")
+        for n in range(3):
+            pupil = await seed.person(conn, tenant, f"s{n}", full_name=f"Pupil {n}")
+            parent = await seed.person(
+                conn, tenant, f"g{n}", full_name=f"Parent {n}", email=f"parent{n}@example.com"
+            )
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+    await send_event(engine, tenant, channels=["email"])
+    await run_to_completion(engine, tenant)
+    before = await scrape(client, engine, tenant)
+    provider = ScriptedProvider(
+        "email",
+        ProviderOutcome.sent("m-1", "250"),
+        ProviderOutcome.sent("m-2", "250"),
+        ProviderOutcome.failure("EMAIL_SMTP_451", retryable=True, status="451"),
+    )
+    caplog.set_level(logging.INFO, logger="herald")
+    assert await deliver(engine, provider, vault, delivery_settings, tenant)() == 3
+    after = await scrape(client, engine, tenant)
+
+    lines = [r for r in caplog.records if r.name == "herald.delivery.worker"]
+    info = [r.getMessage() for r in lines if r.levelno == logging.INFO]
+    assert len(info) == 1, info
+    assert re.fullmatch(
+        r"email batch of 3 via scripted: 1 failed_retryable, 2 sent in \d+ ms", info[0]
+    ), info
+    warnings = [r.getMessage() for r in lines if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert re.fullmatch(
+        r"delivery [0-9a-f-]{36} via scripted: failed_retryable \(EMAIL_SMTP_451\) in \d+ ms",
+        warnings[0],
+    ), warnings
+    labels = {"channel": "email", "provider": "scripted"}
+    calls = "herald_provider_calls_total"
+    for outcome, added in (("sent", 2), ("failed_retryable", 1)):
+        assert sample(after, calls, outcome=outcome, **labels) == (
+            sample(before, calls, outcome=outcome, **labels) + added
+        )
+    latency = "herald_provider_call_duration_seconds_count"
+    assert sample(after, latency, **labels) == sample(before, latency, **labels) + 3
 
 
 async def test_reaper_counts_the_lease_expiries_it_reclaims(

@@ -576,7 +576,7 @@ async def test_unread_count_is_right_with_the_transport_down(
     finally:
         await publisher.aclose()
     assert count.status_code == 200
-    assert count.json() == {"count": 3}
+    assert count.json() == {"count": 3, "capped": False}
 
 
 async def test_publisher_writes_no_durable_record(database_url: str, tenant: str) -> None:
@@ -676,6 +676,17 @@ def test_malformed_payload_is_ignored() -> None:
     """A payload the hub cannot read is logged and dropped; it never breaks the listener."""
     assert service.decode("not json") == []
     assert service.decode('[{"t": "x"}]') == []
+
+
+def test_hub_builds_notices_only_for_its_own_streams() -> None:
+    """A hub parses only the notices of people with a stream in its process (issue 12: with
+    several API processes most of a batch is for other processes' streams)."""
+    payload = service.encode([_notice(person_id=n) for n in range(1, 6)])[0]
+    decoded = service.decode(payload, lambda tenant, person: person in (2, 4))
+    assert [n.person_id for n in decoded] == [2, 4]
+    assert service.decode(payload, lambda tenant, person: False) == []
+    hub = RealtimeHub(None)
+    assert hub.dispatch(payload) == 0
 
 
 def _actor(role_id: int | None, scope: str | None, holds: bool) -> Actor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald import followups
+from herald.console import sessions as console_sessions
 from herald.db import migrate, tenancy
 from herald.db.engine import libpq_url
 from herald.feed import service as feed
@@ -110,6 +112,14 @@ async def _populate(engine: AsyncEngine, tenant: str) -> None:
             variables={"studentName": "A", "date": "2026-09-01", "eventType": "absent"},
             registry=SAMPLE_REGISTRY,
         )
+    async with engine.begin() as conn:
+        await console_sessions.start(
+            conn,
+            tenant_id=tenant,
+            person_id=people[0].id,
+            role_code="teacher",
+            expires_at=datetime.now(UTC) + timedelta(hours=1),
+        )
     await run_to_completion(engine, tenant)
 
 
@@ -163,6 +173,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "feed_notification",
             "feed_notification_read",
             "followup",
+            "console_session",
         ):
             assert seen.get(table, 0) > 0, (table, seen)
 

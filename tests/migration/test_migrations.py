@@ -124,6 +124,11 @@ VOCAB_CHECKS = {
     ): vocabulary.ATTEMPT_OUTCOMES,
     ("reminder_run", "reminder_run_state_check"): vocabulary.REMINDER_RUN_STATES,
     ("reminder_schedule", "reminder_schedule_audience_kind_check"): vocabulary.AUDIENCE_KINDS,
+    ("webhook_message", "webhook_message_status_check"): vocabulary.WEBHOOK_MESSAGE_STATUSES,
+    (
+        "undeliverable_address",
+        "undeliverable_address_channel_check",
+    ): vocabulary.UNDELIVERABLE_CHANNELS,
 }
 
 
@@ -182,3 +187,22 @@ def test_schema_shapes_the_requirements_name(database_url: str) -> None:
     assert "WHERE is_active" in idx["notification_push_token_active_token_key"]
     assert status_default == ("'queued'::text",)
     assert naive_timestamps == []
+
+
+def test_console_sessions_migration_round_trip(empty_database: str) -> None:
+    """0015 adds console_session under forced row-level security with both policies, and its
+    down removes the table, policies and all, leaving 0014's schema exactly."""
+    migrate.upgrade(empty_database, "0014")
+    before = catalog(empty_database)
+    migrate.upgrade(empty_database, "0015")
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        row = conn.execute(
+            "SELECT c.relrowsecurity, c.relforcerowsecurity, "
+            "       array_agg(p.polname ORDER BY p.polname) "
+            "  FROM pg_class c JOIN pg_policy p ON p.polrelid = c.oid "
+            " WHERE c.relname = 'console_session' GROUP BY 1, 2"
+        ).fetchone()
+    assert row is not None and row[0] and row[1]
+    assert row[2] == ["herald_owner_all_tenants", "herald_tenant_isolation"]
+    migrate.downgrade(empty_database, "0014")
+    assert catalog(empty_database) == before

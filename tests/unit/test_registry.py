@@ -275,6 +275,15 @@ SAMPLE_TABLE: dict[str, tuple[str, set[str], str, bool, set[str], set[str]]] = {
         {"title", "subject", "dueDate"},
         set(),
     ),
+    # Its digest (issue 16): added by the registry, Herald's own wording.
+    "assignment.published.digest": (
+        "academic",
+        {"email"},
+        "repeatable",
+        False,
+        {"count", "items"},
+        set(),
+    ),
     "attendance.event": (
         "attendance",
         {"in_app", "email", "push", "sms"},
@@ -388,3 +397,23 @@ def test_password_reset_is_repeatable_and_unsuppressible() -> None:
 def test_sample_in_app_kinds_persist_their_rendering() -> None:
     """R-RENDER-15: every sample kind with in_app persists its rendered title and body."""
     assert all(k.persist_rendered for k in SAMPLE_REGISTRY if "in_app" in k.channels)
+
+
+def test_a_digest_brings_its_kind_and_refuses_what_cannot_be_held() -> None:
+    """Issue 16: a digest window adds `<kind>.digest` in English and Nepali; in-app, undeclared
+    channels, silly windows and security kinds are refused."""
+    from herald.kinds.registry import Digest
+
+    digest = SAMPLE_REGISTRY.get("assignment.published.digest")
+    assert digest is not None and digest.locales == {"en", "ne"}
+    base = SAMPLE_REGISTRY.get("assignment.published")
+    assert base is not None and base.digest == Digest(3600, ("email",))
+    from dataclasses import replace
+
+    for bad in (
+        Digest(3600, ("in_app",)),
+        Digest(3600, ("sms",)),
+        Digest(10, ("email",)),
+    ):
+        with pytest.raises(RegistryError):
+            Registry([replace(base, digest=bad)])

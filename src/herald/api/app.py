@@ -221,7 +221,9 @@ def _routers() -> list[APIRouter]:
     from herald.admin.dead_letters import routes as admin_dead_letters
     from herald.admin.history import routes as admin_history
     from herald.admin.templates import routes as admin_templates
+    from herald.admin.trace import routes as admin_trace
     from herald.centre import routes as centre
+    from herald.console import web as console
     from herald.devices import routes as devices
     from herald.directory import routes as directory
     from herald.feed import routes as feed
@@ -229,10 +231,12 @@ def _routers() -> list[APIRouter]:
     from herald.observability import routes as observability
     from herald.preferences import routes as preferences
     from herald.realtime import routes as realtime
+    from herald.receipts import routes as receipts
     from herald.scheduling.broadcasts import routes as admin_broadcasts
     from herald.scheduling.reminders import routes as admin_reminders
     from herald.secrets import routes as secrets
     from herald.sending import routes as sending
+    from herald.webhooks import routes as admin_webhooks
 
     return [
         sending.router,
@@ -248,6 +252,10 @@ def _routers() -> list[APIRouter]:
         admin_templates.router,
         admin_history.router,
         admin_dead_letters.router,
+        admin_trace.router,
+        console.router,
         admin_reminders.router,
         admin_broadcasts.router,
+        admin_webhooks.router,
+        receipts.router,
     ]

@@ -23,10 +23,10 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
 
 from herald import vocabulary
 from herald.api import raises
+from herald.auth.deps import BODY_MODEL, BODY_MODELS
 from herald.errors import (
     DatabaseUnavailable,
     HeraldError,
@@ -91,24 +91,12 @@ def build(app: FastAPI) -> dict[str, Any]:
     return spec
 
 
-# A route that reads its JSON body itself, so that a refused field is a 400 with the feature's
-# own code naming it (never FastAPI's generic 422), still publishes the model its service applies:
-# `openapi_extra=body_of(Model)`. The document then says what the server accepts, field by field.
-_BODY_MODEL = "x-herald-body-model"
-_BODY_MODELS: dict[str, type[BaseModel]] = {}
-
-
-def body_of(model: type[BaseModel]) -> dict[str, Any]:
-    """openapi_extra for a route whose body is `model`, applied by its service."""
-    _BODY_MODELS[model.__name__] = model
-    return {_BODY_MODEL: model.__name__}
-
-
 def _publish_body(operation: dict[str, Any], schemas: dict[str, Any], registry: Registry) -> None:
-    name = operation.pop(_BODY_MODEL, None)
+    """The model a route marked with auth.deps.body_of applies, as its published request body."""
+    name = operation.pop(BODY_MODEL, None)
     if name is None:
         return
-    model = _BODY_MODELS[name]
+    model = BODY_MODELS[name]
     if name not in schemas:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for nested, definition in schema.pop("$defs", {}).items():

@@ -31,6 +31,7 @@ MODULES: Mapping[str, str] = {
     "notification_delivery": "NotificationHistory",
     "dead_letter": "NotificationFailure",
     "reminder_schedule": "NotificationReminder",
+    "webhook_endpoint": "NotificationWebhook",
 }
 
 

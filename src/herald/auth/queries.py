@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Table, func, insert, select, true, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Table,
+    Text,
+    bindparam,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
+from herald.db import tenancy
+from herald.db.compiled import Compiled
 
 
 @dataclass(frozen=True)
@@ -58,16 +72,18 @@ async def find_api_key(
     return (row.tenant_id, list(row.scopes), row.public_id) if row else None
 
 
-async def find_actor(
-    conn: AsyncConnection, tenant_id: str, external_id: str, role_code: str | None
-) -> tuple[int, int | None, str | None, bool] | None:
-    """Return (person id, active role id, role scope kind, holds that role) for a live person.
-
-    The role is looked up by code in the tenant; `holds` says whether the person still holds it.
-    """
+@functools.cache
+def _actor_lookup(enter_tenant: bool) -> Compiled:
+    """(person id, active role id, role scope kind, holds that role) of a live person, the role
+    looked up by code in the tenant. With `enter_tenant` the same statement also switches the
+    transaction to herald_app under TENANT (tenancy.enter_tenant's set_config calls), so the
+    liveness check and the tenant entry cost one round trip. The lookup itself is planned before
+    the switch, under the connecting user's all-tenants policy, and names its tenant explicitly.
+    Built and compiled once per process."""
+    tenant = bindparam("tenant_id", type_=Text)
     role_sq = (
         select(s.role.c.id, s.role.c.scope_kind)
-        .where(s.role.c.tenant_id == tenant_id, s.role.c.code == role_code)
+        .where(s.role.c.tenant_id == tenant, s.role.c.code == bindparam("role_code", type_=Text))
         .subquery()
     )
     holds = (
@@ -75,21 +91,44 @@ async def find_actor(
         .where(s.person_role.c.person_id == s.person.c.id, s.person_role.c.role_id == role_sq.c.id)
         .exists()
     )
+    entering = tenancy.enter_columns(tenant, tenancy.INBOX_PLANNER_SETTINGS) if enter_tenant else []
     stmt = (
         select(
-            s.person.c.id, role_sq.c.id.label("role_id"), role_sq.c.scope_kind, holds.label("holds")
+            s.person.c.id,
+            role_sq.c.id.label("role_id"),
+            role_sq.c.scope_kind,
+            holds.label("holds"),
+            *entering,
         )
         .select_from(s.person.outerjoin(role_sq, true()))
         .where(
-            s.person.c.tenant_id == tenant_id,
-            s.person.c.external_id == external_id,
+            s.person.c.tenant_id == tenant,
+            s.person.c.external_id == bindparam("external_id", type_=Text),
             s.person.c.deleted_at.is_(None),
         )
     )
-    row = (await conn.execute(stmt)).first()
+    return Compiled.of(stmt)
+
+
+async def find_actor(
+    conn: AsyncConnection,
+    tenant_id: str,
+    external_id: str,
+    role_code: str | None,
+    *,
+    enter_tenant: bool = False,
+) -> tuple[int, int | None, str | None, bool] | None:
+    """Return (person id, active role id, role scope kind, holds that role) for a live person.
+
+    The role is looked up by code in the tenant; `holds` says whether the person still holds it.
+    With `enter_tenant`, the transaction is herald_app under `tenant_id` afterwards when the
+    person was found (an unknown person is refused anyway, and its transaction rolled back).
+    """
+    params = {"tenant_id": tenant_id, "external_id": external_id, "role_code": role_code}
+    row: Any = (await _actor_lookup(enter_tenant).execute(conn, params)).first()
     if row is None:
         return None
-    return row.id, row.role_id, row.scope_kind, bool(row.holds)
+    return row[0], row[1], row[2], bool(row[3])
 
 
 async def api_key_public_id(conn: AsyncConnection, key_hash: str) -> str | None:

@@ -232,25 +232,51 @@ def _public_key(pem: str) -> tuple[Any, list[str]]:
     raise ConfigurationError("HERALD_JWT_PUBLIC_KEY must be an RSA or an EC P-256 public key")
 
 
-async def authenticate_actor(conn: AsyncConnection, settings: Settings, token: str) -> Actor:
+@dataclass(frozen=True)
+class ActorClaims:
+    """What a verified end-user JWT says: whose session, in which tenant, under which role code.
+    Not yet an Actor: the person and the role are read from the database (liveness)."""
+
+    tenant_id: str
+    subject: str
+    role_code: str | None
+
+
+async def verify_actor_token(settings: Settings, token: str) -> ActorClaims:
     claims = await verify_token_async(settings, token)
-    tenant_id, subject = str(claims["tid"]), str(claims["sub"])
     role_code = claims.get("role")
-    role_code = str(role_code) if role_code else None
-    found = await queries.find_actor(conn, tenant_id, subject, role_code)
+    return ActorClaims(
+        tenant_id=str(claims["tid"]),
+        subject=str(claims["sub"]),
+        role_code=str(role_code) if role_code else None,
+    )
+
+
+async def live_actor(
+    conn: AsyncConnection, claims: ActorClaims, *, enter_tenant: bool = False
+) -> Actor:
+    """The Actor behind verified claims, read now: a deleted or unknown person is refused. With
+    `enter_tenant`, the same statement enters the claims' tenant (queries.find_actor)."""
+    found = await queries.find_actor(
+        conn, claims.tenant_id, claims.subject, claims.role_code, enter_tenant=enter_tenant
+    )
     if found is None:
         # A deleted or unknown person holds no session here.
         raise Unauthenticated("unknown person")
     person_id, role_id, scope_kind, holds = found
     return Actor(
-        tenant_id=tenant_id,
-        external_id=subject,
+        tenant_id=claims.tenant_id,
+        external_id=claims.subject,
         person_id=person_id,
-        role_code=role_code,
+        role_code=claims.role_code,
         role_id=role_id,
         role_scope_kind=scope_kind,
         holds_role=holds,
     )
+
+
+async def authenticate_actor(conn: AsyncConnection, settings: Settings, token: str) -> Actor:
+    return await live_actor(conn, await verify_actor_token(settings, token))
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,45 @@
 """SQL of the consumer notification centre.
 
-Every statement here is filtered by `visible_to(actor)`, the one place the four access predicates
-live (R-CENTRE-5, R-CENTRE-18): the centre's routes need no permission, so this WHERE clause is
-the only access control there is, and no query may build its own.
+Every statement here is filtered by `_visible()` (`visible_to(actor)` with the caller's values),
+the one place the four access predicates live (R-CENTRE-5, R-CENTRE-18): the centre's routes need
+no permission, so this WHERE clause is the only access control there is, and no query may build
+its own.
+
+The statements are built and compiled once per process; a request supplies only its values. The
+constants that select a partial index are written into the SQL text (see `_constant`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
-    Select,
+    DateTime,
+    Integer,
+    Text,
     and_,
+    bindparam,
     func,
-    literal,
+    literal_column,
     or_,
     select,
     true,
     tuple_,
     update,
 )
+from sqlalchemy import Uuid as UUIDType
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ClauseElement
 
 from herald.auth.service import Actor
 from herald.db import schema as s
+from herald.db.compiled import Compiled
 
 r = s.notification_recipient
 e = s.notification_event
@@ -38,17 +50,36 @@ d = s.notification_delivery
 UNPRIVILEGED_SCOPES = ("guardian", "student")
 
 
-def visible_to(actor: Actor) -> ColumnElement[bool]:
-    """The recipient rows `actor` may see, list, count and mark read: all four predicates at once."""
+def _constant(value: str) -> ColumnElement[Any]:
+    """A constant written into the SQL text, never bound: the values that select a partial index
+    (`channel = 'in_app' AND status = 'delivered'`) must be visible to the planner in a generic
+    plan too (psycopg prepares a statement after a few executions, and PostgreSQL then plans it
+    once for any parameter; a bound channel could not use notification_delivery_inbox_idx)."""
+    if "'" in value:
+        raise ValueError(f"not a plain constant: {value!r}")
+    return literal_column(f"'{value}'")
+
+
+# The caller's identity as bind parameters: every statement below is built once per process
+# (functools.cache) and compiled once, and each request only supplies these values.
+TENANT = bindparam("tenant_id", type_=Text)
+PERSON = bindparam("person_id", type_=BigInteger)
+ROLE = bindparam("role_id", type_=BigInteger)
+
+
+def actor_params(actor: Actor) -> dict[str, Any]:
+    return {"tenant_id": actor.tenant_id, "person_id": actor.person_id, "role_id": actor.role_id}
+
+
+def _visible() -> ColumnElement[bool]:
+    """The recipient rows the caller (TENANT, PERSON, ROLE) may see, list, count and mark read:
+    all four predicates at once."""
     # 1. Ownership (R-CENTRE-6, R-CENTRE-21).
-    owned = and_(r.c.tenant_id == actor.tenant_id, r.c.user_id == actor.person_id)
+    owned = and_(r.c.tenant_id == TENANT, r.c.user_id == PERSON)
 
     # 2. Active role (R-CENTRE-7): a role-scoped row shows only under that role. With no active
-    # role only unscoped rows remain (R-CENTRE-8); spelled out, because `= NULL` is never true.
-    if actor.role_id is None:
-        in_active_role: ColumnElement[bool] = r.c.audience_role_id.is_(None)
-    else:
-        in_active_role = or_(r.c.audience_role_id.is_(None), r.c.audience_role_id == actor.role_id)
+    # role (ROLE is NULL) only unscoped rows remain (R-CENTRE-8): `= NULL` is never true.
+    in_active_role = or_(r.c.audience_role_id.is_(None), r.c.audience_role_id == ROLE)
 
     # 3. Staff liveness (R-CENTRE-3, R-CENTRE-9): a staff-scoped row shows only while the caller
     # still holds that role, read now and not from the token, so a dismissed teacher who is still
@@ -56,7 +87,7 @@ def visible_to(actor: Actor) -> ColumnElement[bool]:
     holds_audience_role = (
         select(s.person_role.c.person_id)
         .where(
-            s.person_role.c.person_id == actor.person_id,
+            s.person_role.c.person_id == PERSON,
             s.person_role.c.role_id == s.role.c.id,
         )
         .correlate(s.role)
@@ -66,8 +97,11 @@ def visible_to(actor: Actor) -> ColumnElement[bool]:
         select(s.role.c.id)
         .where(
             s.role.c.id == r.c.audience_role_id,
-            s.role.c.tenant_id == actor.tenant_id,
-            or_(s.role.c.scope_kind.in_(UNPRIVILEGED_SCOPES), holds_audience_role),
+            s.role.c.tenant_id == TENANT,
+            or_(
+                s.role.c.scope_kind.in_([_constant(v) for v in UNPRIVILEGED_SCOPES]),
+                holds_audience_role,
+            ),
         )
         .correlate(r)
         .exists()
@@ -75,7 +109,8 @@ def visible_to(actor: Actor) -> ColumnElement[bool]:
     # A row whose audience role was deleted (its id set NULL) keeps the scope kind copied at
     # fan-out: a staff-scoped one stays hidden instead of becoming visible under every role.
     unscoped = and_(
-        r.c.audience_role_id.is_(None), r.c.audience_scope_kind.is_distinct_from("staff")
+        r.c.audience_role_id.is_(None),
+        r.c.audience_scope_kind.is_distinct_from(_constant("staff")),
     )
     staff_live = or_(unscoped, audience_role_live)
 
@@ -83,11 +118,20 @@ def visible_to(actor: Actor) -> ColumnElement[bool]:
     # or SMS-only rows, suppressed rows and failed renders never reach the centre.
     delivered_in_app = (
         select(d.c.id)
-        .where(d.c.recipient_id == r.c.id, d.c.channel == "in_app", d.c.status == "delivered")
+        .where(
+            d.c.recipient_id == r.c.id,
+            d.c.channel == _constant("in_app"),
+            d.c.status == _constant("delivered"),
+        )
         .correlate(r)
         .exists()
     )
     return and_(owned, in_active_role, staff_live, delivered_in_app)
+
+
+def visible_to(actor: Actor) -> ColumnElement[bool]:
+    """The recipient rows `actor` may see: the one access predicate, with the actor's values."""
+    return _visible().params(actor_params(actor))
 
 
 @dataclass(frozen=True)
@@ -104,10 +148,9 @@ class CentreRow:
     read_at: datetime | None
 
 
-def list_page_statement(
-    actor: Actor, *, limit: int, after: tuple[datetime, int] | None, unread_only: bool
-) -> Select[Any]:
-    """Up to `limit` visible rows, newest first, after the keyset position `after`.
+@functools.cache
+def _list_page(keyset: bool, unread_only: bool) -> Compiled:
+    """Up to LIMIT visible rows, newest first, after the keyset position (AFTER_AT, AFTER_ID).
 
     Ordered by (occurred_at DESC, id DESC) and paged by keyset on that pair (R-CENTRE-13), which
     walks notification_recipient_centre_idx; two events of one transaction share occurred_at,
@@ -116,7 +159,11 @@ def list_page_statement(
     # R-CENTRE-11: the newest delivered in-app row carries the words, so a replay wins.
     content = (
         select(d.c.rendered_title, d.c.rendered_body)
-        .where(d.c.recipient_id == r.c.id, d.c.channel == "in_app", d.c.status == "delivered")
+        .where(
+            d.c.recipient_id == r.c.id,
+            d.c.channel == _constant("in_app"),
+            d.c.status == _constant("delivered"),
+        )
         .order_by(d.c.id.desc())
         .limit(1)
         .lateral("content")
@@ -135,18 +182,36 @@ def list_page_statement(
             r.c.read_at,
         )
         .select_from(r.join(e, e.c.id == r.c.event_id).outerjoin(content, true()))
-        .where(visible_to(actor))
+        .where(_visible())
         .order_by(r.c.occurred_at.desc(), r.c.id.desc())
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer))
     )
-    if after is not None:
-        occurred_at, recipient_id = after
+    if keyset:
         stmt = stmt.where(
-            tuple_(r.c.occurred_at, r.c.id) < tuple_(literal(occurred_at), literal(recipient_id))
+            tuple_(r.c.occurred_at, r.c.id)
+            < tuple_(
+                bindparam("after_at", type_=DateTime(timezone=True)),
+                bindparam("after_id", type_=BigInteger),
+            )
         )
     if unread_only:
         stmt = stmt.where(r.c.read_at.is_(None))
-    return stmt
+    return Compiled.of(stmt)
+
+
+def _list_params(actor: Actor, limit: int, after: tuple[datetime, int] | None) -> dict[str, Any]:
+    params = actor_params(actor) | {"limit": limit}
+    if after is not None:
+        params["after_at"], params["after_id"] = after
+    return params
+
+
+def list_page_statement(
+    actor: Actor, *, limit: int, after: tuple[datetime, int] | None, unread_only: bool
+) -> ClauseElement:
+    """The list's statement with this caller's values bound (for EXPLAIN and tests)."""
+    compiled = _list_page(after is not None, unread_only)
+    return compiled.statement.params(_list_params(actor, limit, after))
 
 
 async def list_page(
@@ -157,28 +222,62 @@ async def list_page(
     after: tuple[datetime, int] | None,
     unread_only: bool,
 ) -> list[CentreRow]:
-    stmt = list_page_statement(actor, limit=limit, after=after, unread_only=unread_only)
-    result = await conn.execute(stmt)
+    compiled = _list_page(after is not None, unread_only)
+    result = await compiled.rows(conn, _list_params(actor, limit, after))
     return [
         CentreRow(
-            recipient_id=row.id,
-            public_id=row.public_id,
-            kind=row.kind,
-            category=row.category,
-            priority=row.priority,
-            title=row.rendered_title,
-            body=row.rendered_body,
-            action_url=row.action_url,
-            occurred_at=row.occurred_at,
-            read_at=row.read_at,
+            recipient_id=row[0],
+            public_id=row[1],
+            kind=row[2],
+            category=row[3],
+            priority=row[4],
+            title=row[5],
+            body=row[6],
+            action_url=row[7],
+            occurred_at=row[8],
+            read_at=row[9],
         )
         for row in result
     ]
 
 
+# The unread count stops at this many rows: a badge shows "99+" from here (see count_unread).
+UNREAD_COUNT_CAP = 100
+
+
+@functools.cache
+def _unread_count() -> Compiled:
+    """How many visible unread rows, counting no further than UNREAD_COUNT_CAP: the scan of the
+    person's unread rows (notification_recipient_unread_idx) stops there, so the count costs the
+    same for a person with ten thousand unread rows as for one with a hundred."""
+    capped = (
+        select(r.c.id)
+        .where(_visible(), r.c.read_at.is_(None))
+        .limit(UNREAD_COUNT_CAP)
+        .subquery("unread")
+    )
+    return Compiled.of(select(func.count()).select_from(capped))
+
+
+def unread_count_statement(actor: Actor) -> ClauseElement:
+    return _unread_count().statement.params(actor_params(actor))
+
+
 async def count_unread(conn: AsyncConnection, actor: Actor) -> int:
-    stmt = select(func.count()).select_from(r).where(visible_to(actor), r.c.read_at.is_(None))
-    return int((await conn.execute(stmt)).scalar_one())
+    """The visible unread rows: exact below UNREAD_COUNT_CAP; UNREAD_COUNT_CAP means at least
+    that many."""
+    [(count,)] = await _unread_count().rows(conn, actor_params(actor))
+    return int(count)
+
+
+@functools.cache
+def _mark_read() -> Compiled:
+    return Compiled.of(
+        update(r)
+        .where(r.c.public_id == bindparam("public_id", type_=UUIDType), _visible())
+        .values(read_at=func.coalesce(r.c.read_at, func.now()))
+        .returning(r.c.public_id, r.c.read_at)
+    )
 
 
 async def mark_read(
@@ -188,17 +287,18 @@ async def mark_read(
 
     None when no row matched: absent, someone else's, or outside the active role alike.
     """
-    stmt = (
-        update(r)
-        .where(r.c.public_id == public_id, visible_to(actor))
-        .values(read_at=func.coalesce(r.c.read_at, func.now()))
-        .returning(r.c.public_id, r.c.read_at)
-    )
-    row = (await conn.execute(stmt)).first()
-    return (row.public_id, row.read_at) if row else None
+    params = actor_params(actor) | {"public_id": public_id}
+    rows = await _mark_read().rows(conn, params)
+    return (rows[0][0], rows[0][1]) if rows else None
 
 
 async def mark_all_read(conn: AsyncConnection, actor: Actor) -> int:
     """Mark every visible unread row read; the count of rows this call changed (R-CENTRE-23)."""
-    stmt = update(r).where(visible_to(actor), r.c.read_at.is_(None)).values(read_at=func.now())
-    return (await conn.execute(stmt)).rowcount
+    return (await _mark_all_read().execute(conn, actor_params(actor))).rowcount
+
+
+@functools.cache
+def _mark_all_read() -> Compiled:
+    return Compiled.of(
+        update(r).where(_visible(), r.c.read_at.is_(None)).values(read_at=func.now())
+    )

@@ -7,8 +7,17 @@ the service's predicate, never by a permission check here.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
-from herald.auth.deps import ActorDep, Cursor, Limit, Pagination, UnreadOnly, transaction
+from herald.auth.deps import (
+    ActorClaimsDep,
+    Cursor,
+    Limit,
+    Pagination,
+    UnreadOnly,
+    actor_transaction,
+    json_response,
+)
 from herald.centre import service
 from herald.centre.schemas import (
     NotificationPage,
@@ -19,36 +28,44 @@ from herald.centre.schemas import (
 
 router = APIRouter(prefix="/v1/me/notifications", tags=["centre"])
 
+# Each route is one transaction whose first statement both checks that the person (and the
+# active role) is live and enters the tenant (deps.actor_transaction), and whose answer is
+# serialised once by pydantic-core straight to JSON bytes (response_model still publishes it).
+
 
 @router.get("", response_model=NotificationPage)
 async def list_notifications(
     request: Request,
-    actor: ActorDep,
+    claims: ActorClaimsDep,
     limit: Limit = None,
     cursor: Cursor = None,
     unread_only: UnreadOnly = None,
     pagination: Pagination = None,
-) -> NotificationPage:
+) -> Response:
     params = service.parse_list_params(
         limit=limit, cursor=cursor, unread_only=unread_only, pagination=pagination
     )
-    async with transaction(request) as conn:
-        return await service.list_notifications(conn, actor, params)
+    async with actor_transaction(request, claims) as (conn, actor):
+        page = await service.list_notifications(conn, actor, params)
+    return json_response(page)
 
 
 @router.get("/unread-count", response_model=UnreadCount)
-async def unread_count(request: Request, actor: ActorDep) -> UnreadCount:
-    async with transaction(request) as conn:
-        return await service.unread_count(conn, actor)
+async def unread_count(request: Request, claims: ActorClaimsDep) -> Response:
+    async with actor_transaction(request, claims) as (conn, actor):
+        count = await service.unread_count(conn, actor)
+    return json_response(count)
 
 
 @router.post("/read-all", response_model=ReadAllResult)
-async def mark_all_read(request: Request, actor: ActorDep) -> ReadAllResult:
-    async with transaction(request) as conn:
-        return await service.mark_all_read(conn, actor)
+async def mark_all_read(request: Request, claims: ActorClaimsDep) -> Response:
+    async with actor_transaction(request, claims) as (conn, actor):
+        result = await service.mark_all_read(conn, actor)
+    return json_response(result)
 
 
 @router.post("/{notification_id}/read", response_model=ReadReceipt)
-async def mark_read(request: Request, actor: ActorDep, notification_id: str) -> ReadReceipt:
-    async with transaction(request) as conn:
-        return await service.mark_read(conn, actor, notification_id)
+async def mark_read(request: Request, claims: ActorClaimsDep, notification_id: str) -> Response:
+    async with actor_transaction(request, claims) as (conn, actor):
+        receipt = await service.mark_read(conn, actor, notification_id)
+    return json_response(receipt)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from herald.centre.queries import UNREAD_COUNT_CAP
 
 
 class _Model(BaseModel):
@@ -33,7 +35,22 @@ class NotificationPage(_Model):
 
 
 class UnreadCount(_Model):
-    count: int
+    # Counting stops at UNREAD_COUNT_CAP (100), so the count costs the same however long a
+    # person's unread history is: a badge shows "99+" when `capped` is true.
+    count: int = Field(
+        ge=0,
+        le=UNREAD_COUNT_CAP,
+        description=(
+            f"Unread notifications, counted up to {UNREAD_COUNT_CAP}: exact while `capped` is "
+            f"false; {UNREAD_COUNT_CAP} with `capped` true means at least that many."
+        ),
+    )
+    capped: bool = Field(
+        description=(
+            f"True when counting stopped at {UNREAD_COUNT_CAP}: there are at least that many "
+            '(show e.g. "99+").'
+        ),
+    )
 
 
 class ReadReceipt(_Model):

@@ -106,6 +106,8 @@ class TwilioSmsProvider:
         self._sid = settings.twilio_account_sid or None
         self._token = settings.twilio_auth_token or None
         self._from = settings.twilio_from or None
+        # Where Twilio posts delivery receipts (herald.receipts), when the deployment has one.
+        self._status_callback = settings.twilio_status_callback_url or None
         self._client = http_client(settings, settings.twilio_base_url.rstrip("/") + "/")
 
     def is_configured(self) -> bool:
@@ -126,6 +128,8 @@ class TwilioSmsProvider:
         body = sms.truncate_to_segments(message.body, sms.MAX_SEGMENTS)  # R-CHAN-10
         sender = "MessagingServiceSid" if self._from.startswith("MG") else "From"
         form = {"To": message.to, sender: self._from, "Body": body}
+        if self._status_callback is not None:
+            form["StatusCallback"] = self._status_callback
         path = f"2010-04-01/Accounts/{quote(self._sid, safe='')}/Messages.json"
         try:
             response = await self._client.post(path, data=form, auth=(self._sid, self._token))

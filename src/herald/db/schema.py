@@ -367,6 +367,10 @@ notification_delivery = Table(
     Column("failed_at", TZ),
     Column("skipped_at", TZ),
     Column("dead_at", TZ),
+    Column("bounced_at", TZ),
+    # A `digested` row: the digest delivery that carried it (no foreign key: retention deletes
+    # by event, and the digest's event is another one).
+    Column("digest_delivery_id", BigInteger),
     Column("last_error", Text),
     Column("destination_hint", Text),
     Column("rendered_title", Text),
@@ -394,6 +398,12 @@ notification_delivery = Table(
         name="sent_at_when_sent",
     ),
     CheckConstraint("status <> 'dead' OR dead_at IS NOT NULL", name="dead_at_when_dead"),
+    CheckConstraint(
+        "status <> 'bounced' OR bounced_at IS NOT NULL", name="bounced_at_when_bounced"
+    ),
+    CheckConstraint(
+        "(status = 'digested') = (digest_delivery_id IS NOT NULL)", name="digested_pair"
+    ),
     CheckConstraint(
         "attempts >= 0 AND failure_count >= 0 AND lease_expiry_count >= 0", name="counters"
     ),
@@ -449,6 +459,18 @@ notification_delivery = Table(
         "channel",
         "queued_at",
         postgresql_where=text("status = 'skipped_unconfigured'"),
+    ),
+    # What the digest sweeper groups: rows waiting for their kind's digest window.
+    Index(
+        "notification_delivery_held_idx",
+        "queued_at",
+        postgresql_where=text("status = 'held'"),
+    ),
+    # A provider's delivery receipt finds its delivery by the provider's message id.
+    Index(
+        "notification_delivery_provider_message_idx",
+        "provider_message_id",
+        postgresql_where=text("provider_message_id IS NOT NULL"),
     ),
 )
 
@@ -774,8 +796,12 @@ operational_email = Table(
     CheckConstraint(
         "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
     ),
+    # In the claim's order (next_attempt_at, id): a range scan that stops after LIMIT (0013).
     Index(
-        "operational_email_due_idx", "next_attempt_at", postgresql_where=text("status = 'queued'")
+        "operational_email_due_idx",
+        "next_attempt_at",
+        "id",
+        postgresql_where=text("status = 'queued'"),
     ),
     Index(
         "operational_email_lease_idx",
@@ -1033,4 +1059,120 @@ followup = Table(
     Index("followup_remind_due_idx", "tenant_id", "state", "escalate_at"),
     # Retention ages resolved rows by updated_at.
     Index("followup_updated_at_idx", "updated_at"),
+)
+
+# ---------------------------------------------------------------------------------------------
+# Outbound webhooks to the host (issue 16). An endpoint's signing secret must be readable to
+# sign, so it is stored Fernet-encrypted with the vault key, which lives outside the database.
+
+webhook_endpoint = Table(
+    "webhook_endpoint",
+    metadata,
+    _id(),
+    _tenant(),
+    _public_id(),
+    Column("url", Text, nullable=False),
+    Column("event_types", ARRAY(Text), nullable=False),
+    Column("description", Text),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("secret_ciphertext", LargeBinary, nullable=False),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint(
+        f"event_types <@ ARRAY{list(vocabulary.WEBHOOK_EVENT_TYPES)}::text[]", name="event_types"
+    ),
+    CheckConstraint("length(url) <= 2000", name="url_length"),
+    Index("webhook_endpoint_tenant_id_idx", "tenant_id"),
+)
+
+webhook_message = Table(
+    "webhook_message",
+    metadata,
+    _id(),
+    _tenant(),
+    # Also the `webhook-id` header: the same across every attempt and a replay, so the host can
+    # drop a second copy (Standard Webhooks).
+    _public_id(),
+    Column(
+        "endpoint_id",
+        BigInteger,
+        ForeignKey("webhook_endpoint.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("event_type", Text, nullable=False),
+    # Ids and statuses only: never content, never an address.
+    Column("payload", JSONB, nullable=False),
+    Column("status", Text, nullable=False, server_default="queued"),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    Column("claimed_at", TZ),
+    Column("lease_expires_at", TZ),
+    Column("sent_at", TZ),
+    Column("dead_at", TZ),
+    Column("last_error", Text),
+    Column("response_status", Integer),
+    _created_at(),
+    vocab_check("status", vocabulary.WEBHOOK_MESSAGE_STATUSES, "status"),
+    vocab_check(
+        "event_type", (*vocabulary.WEBHOOK_EVENT_TYPES, vocabulary.WEBHOOK_TEST_EVENT), "event_type"
+    ),
+    CheckConstraint("(claimed_at IS NULL) = (lease_expires_at IS NULL)", name="lease_pair"),
+    CheckConstraint(
+        "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
+    ),
+    CheckConstraint("status <> 'sent' OR sent_at IS NOT NULL", name="sent_at_when_sent"),
+    CheckConstraint("status <> 'dead' OR dead_at IS NOT NULL", name="dead_at_when_dead"),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_object"),
+    Index("webhook_message_endpoint_id_idx", "endpoint_id"),
+    # What the webhook sender claims.
+    Index("webhook_message_due_idx", "next_attempt_at", postgresql_where=text("status = 'queued'")),
+    # What the sender reclaims when a worker died holding a message.
+    Index(
+        "webhook_message_lease_idx",
+        "lease_expires_at",
+        postgresql_where=text("status = 'processing'"),
+    ),
+    # Retention ages sent messages by created_at.
+    Index("webhook_message_sent_idx", "created_at", postgresql_where=text("status = 'sent'")),
+)
+
+# An address a provider reported permanently undeliverable (an email hard bounce): later sends to
+# it are skipped_no_destination until the host changes the address. Only a hash of the address
+# is kept (sha256 of the trimmed, lower-cased address), never the address.
+undeliverable_address = Table(
+    "undeliverable_address",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("channel", Text, nullable=False),
+    Column("address_hash", String(64), nullable=False),
+    Column("reason", Text, nullable=False),
+    # The delivery whose receipt marked it (no foreign key: retention may delete it first).
+    Column("delivery_public_id", UUID(as_uuid=True)),
+    _created_at(),
+    UniqueConstraint("tenant_id", "channel", "address_hash"),
+    vocab_check("channel", vocabulary.UNDELIVERABLE_CHANNELS, "channel"),
+    Index("undeliverable_address_created_at_idx", "created_at"),
+)
+
+# Console sessions (issue 13): an operator's JWT exchanged for a server-side session. The cookie
+# carries a random token; only its sha256 is stored, so a read of this table signs nobody in.
+# The person's active role is kept by code, and the role's permissions are read afresh on every
+# request: the session grants nothing the directory does not. Erasure removes a person's sessions
+# with the person (CASCADE); retention deletes expired ones; sign-out deletes its row.
+
+console_session = Table(
+    "console_session",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("person_id", BigInteger, ForeignKey("person.id", ondelete="CASCADE"), nullable=False),
+    Column("role_code", Text),
+    _created_at(),
+    Column("expires_at", TZ, nullable=False),
+    CheckConstraint("length(token_hash) = 64", name="token_hash_sha256"),
+    CheckConstraint("expires_at > created_at", name="expires_after_created"),
+    Index("console_session_expires_at_idx", "expires_at"),
+    Index("console_session_person_id_idx", "person_id"),
 )

@@ -20,8 +20,9 @@ Migrations call `protect()` for each new tenant table; a test fails when a table
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import ColumnElement, func, literal_column, text, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.errors import ConfigurationError
@@ -85,6 +86,36 @@ async def enter_tenant(
     `custom_plans` also sets `plan_cache_mode = force_custom_plan` for the transaction (what
     `herald.audience.queries.plan_custom` does) in the same round trip."""
     await conn.execute(_ENTER_CUSTOM if custom_plans else _ENTER, {"tenant": tenant_id})
+
+
+# Planner settings of a request that reads a person's inbox (SET LOCAL, like the tenant). A
+# generic plan (psycopg prepares a statement after five executions) estimates `user_id = $1` from
+# the average person; when the average inbox is shorter than a page, a bitmap scan of the
+# person's rows plus a Sort looks cheapest, which for a person with thousands of rows reads and
+# sorts them all. Without bitmap scans the plan walks notification_recipient_centre_idx in order
+# and stops at the page, whatever the estimate (tests/integration/test_plans_inbox.py).
+INBOX_PLANNER_SETTINGS = (("enable_bitmapscan", "off"),)
+
+
+def enter_columns(
+    tenant: ColumnElement[Any], settings: Sequence[tuple[str, str]] = ()
+) -> list[ColumnElement[Any]]:
+    """enter_tenant's two set_config calls as select-list columns, for a statement that enters
+    the tenant on its way (saving the round trip of a statement of its own). They take effect for
+    the statements after it, never for the statement itself: its row-level security was decided
+    when it was planned."""
+    return [
+        func.set_config(literal_column("'role'"), literal_column(f"'{APP_ROLE}'"), true()).label(
+            "entered_role"
+        ),
+        func.set_config(literal_column(f"'{TENANT_SETTING}'"), tenant, true()).label(
+            "entered_tenant"
+        ),
+        *(
+            func.set_config(literal_column(f"'{name}'"), literal_column(f"'{value}'"), true())
+            for name, value in settings
+        ),
+    ]
 
 
 _ENTER = text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,8 +40,20 @@ async def claim_due_deliveries(
 
 
 async def load_send_contexts(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The send context of each claimed row. The event's variables (one document per event, the
+    same on every row of a broadcast) are decoded once per distinct event in the batch; every
+    row of an event shares that one dict, which `prepare()` only copies, never changes."""
     result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)})
-    return [dict(row._mapping) for row in result]
+    decoded: dict[str, Any] = {}
+    contexts = []
+    for row in result:
+        context = dict(row._mapping)
+        raw = context.pop("event_variables_json")
+        if raw is not None and raw not in decoded:
+            decoded[raw] = json.loads(raw)
+        context["event_variables"] = decoded[raw] if raw is not None else None
+        contexts.append(context)
+    return contexts
 
 
 @dataclass

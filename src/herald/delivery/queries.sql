@@ -54,15 +54,23 @@ RETURNING d.id, d.tenant_id;
 -- Everything the send of each claimed row needs, read under the row's tenant (row-level
 -- security). person is LEFT JOINed so an erased recipient (user_id NULL) still loads and is
 -- recorded as gone instead of vanishing (R-CHAN-5); the push token row is read now, at send
--- time, not at fan-out (R-CHAN-13).
+-- time, not at fan-out (R-CHAN-13). The event's variables come as text: every row of a broadcast
+-- carries the same document, decoded once per batch by load_send_contexts, not once per row.
 SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
        d.claimed_at,
        r.user_id, r.variables AS recipient_variables, r.locale,
-       e.kind, e.variables AS event_variables, e.action_url, e.priority,
+       e.kind, e.variables::text AS event_variables_json, e.action_url, e.priority,
        e.public_id AS event_public_id, e.origin_request_id, e.traceparent,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
-       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active
+       t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
+       -- A hard bounce marked this email address undeliverable (herald.receipts): one probe of
+       -- the (tenant, channel, hash) key, for email rows only.
+       (d.channel = 'email' AND p.email IS NOT NULL AND EXISTS (
+            SELECT 1 FROM undeliverable_address u
+             WHERE u.tenant_id = d.tenant_id AND u.channel = 'email'
+               AND u.address_hash = encode(sha256(convert_to(lower(btrim(p.email)), 'UTF8')), 'hex')))
+           AS email_undeliverable
   FROM notification_delivery d
   JOIN notification_recipient r ON r.id = d.recipient_id
   JOIN notification_event e ON e.id = d.event_id
@@ -115,7 +123,25 @@ WITH u AS (
       FROM u, notification_recipient r
      WHERE d.id = u.id AND r.id = d.recipient_id
        AND d.status = 'processing' AND d.claimed_at = u.claimed_at
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
+              d.event_id
+), hooks AS (
+    -- delivery.sent / delivery.dead to the host's subscribed webhook endpoints, in this same
+    -- statement (the outbox; herald.webhooks): nothing is inserted for a tenant without one.
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT done.tenant_id, w.id, 'delivery.' || done.status,
+           jsonb_build_object(
+               'type', 'delivery.' || done.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', done.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', done.channel, 'status', done.status, 'attempts', done.attempts,
+                   'errorCode', split_part(done.last_error, ' ', 1))))
+      FROM done
+      JOIN webhook_endpoint w ON w.tenant_id = done.tenant_id AND w.enabled
+                             AND ('delivery.' || done.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = done.event_id
+     WHERE done.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT done.tenant_id, 'notification.' || done.channel, 'channel_send', done.public_id::text,
@@ -171,7 +197,24 @@ WITH expired AS (
              ORDER BY c.lease_expires_at
              LIMIT :limit
                FOR UPDATE SKIP LOCKED))
-    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error
+    RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
+              d.event_id
+), hooks AS (
+    -- delivery.dead to the host's subscribed webhook endpoints (herald.webhooks).
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT expired.tenant_id, w.id, 'delivery.' || expired.status,
+           jsonb_build_object(
+               'type', 'delivery.' || expired.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', expired.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', expired.channel, 'status', expired.status, 'attempts', expired.attempts,
+                   'errorCode', split_part(expired.last_error, ' ', 1))))
+      FROM expired
+      JOIN webhook_endpoint w ON w.tenant_id = expired.tenant_id AND w.enabled
+                             AND ('delivery.' || expired.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = expired.event_id
+     WHERE expired.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT tenant_id, 'notification.' || channel, 'channel_send', public_id::text,
@@ -240,7 +283,7 @@ RETURNING d.id;
 
 -- name: cancel_unclaimed_deliveries
 -- A cancelled broadcast (DESIGN.md §5.2, §7): at most :limit of its event's deliveries that no
--- worker holds — queued, or failed and waiting for a retry — become `cancelled`, through the
+-- worker holds — queued, held for a digest, or failed and waiting for a retry — become `cancelled`, through the
 -- (event_id, status) index. SKIP LOCKED leaves a row a worker is claiming at this instant to that
 -- worker: it becomes processing (a call in flight, left to finish and be recorded) or, if the
 -- claim rolls back, stays queued for the next statement. `cancelled` is final: the claim takes
@@ -250,7 +293,7 @@ UPDATE notification_delivery d
  WHERE d.id = ANY(ARRAY(
         SELECT c.id
           FROM notification_delivery c
-         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed')
+         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed', 'held')
          LIMIT :limit
            FOR UPDATE SKIP LOCKED));
 
@@ -259,4 +302,4 @@ UPDATE notification_delivery d
 -- through the (event_id, status) index: three short range probes, never a scan of the event.
 SELECT EXISTS (
         SELECT 1 FROM notification_delivery
-         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed')) AS busy;
+         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed', 'held')) AS busy;

@@ -80,6 +80,7 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
         outcome_name: str | None = None
         if outcome is None:
             status = prepared.skip or "skipped_no_template"
+            error = prepared.skip_reason
         elif outcome.outcome == "sent":
             status, attempt_inc, called, outcome_name = "sent", 1, True, "sent"
         elif outcome.outcome == "skipped":

@@ -45,6 +45,8 @@ class Prepared:
     # The reference of the secret this delivery claimed: released once the outcome is recorded
     # final, kept for a retry otherwise. The values themselves live only in the message.
     secret_ref: str | None = field(default=None, repr=False)
+    # Why a skip happened, when the status alone does not say (recorded as last_error).
+    skip_reason: str | None = None
 
 
 async def prepare(
@@ -64,6 +66,9 @@ async def prepare(
         or context["person_status"] in GONE_STATUSES
     ):
         return Prepared(context, skip="skipped_recipient_gone")
+
+    if context.get("throttled"):
+        return Prepared(context, skip="skipped_throttled")  # herald.throttle
 
     kind = registry.get(context["kind"])
     if kind is None or channel not in kind.channels:
@@ -97,6 +102,17 @@ async def prepare(
         return Prepared(
             context,
             skip="skipped_no_destination",
+            rendered=rendered,
+            persist=persist,
+            secret_ref=ref,
+        )
+    if channel == "email" and to == context["email"] and context.get("email_undeliverable"):
+        # A hard bounce marked the person's address (herald.receipts): skipped until the host
+        # changes it. A vault override (a reset to another address) is not this address.
+        return Prepared(
+            context,
+            skip="skipped_no_destination",
+            skip_reason="ADDRESS_UNDELIVERABLE",
             rendered=rendered,
             persist=persist,
             secret_ref=ref,

@@ -28,6 +28,7 @@ from herald.runtime import outages
 from herald.secrets import service as secrets
 from herald.secrets.service import SecretVaultUnavailable
 from herald.secrets.vault import Vault
+from herald.throttle import service as throttle
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +74,17 @@ async def deliver_batch(
         for tenant, ids in _by_tenant(claimed).items():
             await tenancy.enter_tenant(conn, tenant)
             loaded = await queries.load_send_contexts(conn, ids)
+            await throttle.mark_throttled(conn, loaded, settings)
             pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
             overrides |= _overrides(await queries.published_overrides(conn, pairs))
             contexts.extend(loaded)
     batch = _Batch(contexts)
+    calls = _Calls(provider)
     heartbeat = asyncio.create_task(_heartbeat(engine, batch, settings.lease_seconds))
     sends = _start_sends(
         batch,
         provider,
+        calls,
         registry=registry,
         vault=vault,
         settings=settings,
@@ -105,12 +109,15 @@ async def deliver_batch(
                 len(pending) >= RECORD_EVERY
                 or time.monotonic() - last_flush >= RECORD_AFTER_SECONDS
             ):
+                calls.flush()
                 await _record(engine, vault, pending, settings)
                 pending, last_flush = [], time.monotonic()
     finally:
         heartbeat.cancel()
+        calls.flush()
         if pending:
             await _record(engine, vault, pending, settings)
+        calls.summary(len(contexts))
     return len(contexts)
 
 
@@ -160,9 +167,58 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
                 batch.lost.add(delivery_id)
 
 
+class _Calls:
+    """The provider calls of one batch, counted and timed together.
+
+    The per-call metric updates and INFO line were two fifths of a worker's CPU per delivery with a
+    fast provider: the counter is now incremented once per outcome per group (before each
+    record write and at the batch's end), the latency histogram observed from the same flush,
+    and one INFO line summarises the batch. Each call's own line stays — at WARNING for a
+    failure (the runbook's `delivery … via smtp: failed_retryable (…) in 12 ms`), at DEBUG
+    otherwise."""
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+        self.started = time.monotonic()
+        self.outcomes: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+        self.latencies: list[float] = []
+
+    def add(self, label: str, elapsed: float) -> None:
+        self.outcomes[label] = self.outcomes.get(label, 0) + 1
+        self.latencies.append(elapsed)
+
+    def flush(self) -> None:
+        """Publish the calls counted since the last flush."""
+        channel, name = self.provider.channel, self.provider.name
+        for label, count in self.outcomes.items():
+            metrics.PROVIDER_CALLS.labels(channel, name, label).inc(count)
+            self.total[label] = self.total.get(label, 0) + count
+        if self.latencies:
+            latency = metrics.PROVIDER_LATENCY.labels(channel, name)
+            for elapsed in self.latencies:
+                latency.observe(elapsed)
+        self.outcomes, self.latencies = {}, []
+
+    def summary(self, claimed: int) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        outcomes = ", ".join(f"{count} {label}" for label, count in sorted(self.total.items()))
+        log.info(
+            "%s batch of %d via %s: %s in %.0f ms",
+            self.provider.channel,
+            claimed,
+            self.provider.name,
+            outcomes or "no provider calls",
+            (time.monotonic() - self.started) * 1000,
+            extra={"channel": self.provider.channel, "provider": self.provider.name},
+        )
+
+
 def _start_sends(
     batch: _Batch,
     provider: Provider,
+    calls: _Calls,
     *,
     registry: Registry,
     vault: Vault,
@@ -218,7 +274,7 @@ def _start_sends(
             message = prepared.message
             # The rendered message and its destination never reach a log line, whatever logs.
             logs.mark_sensitive(message.to, message.title, message.body, message.body_html)
-            outcome = await _call(provider, message, context, unknown)
+            outcome = await _call(provider, calls, message, context, unknown)
             # A send that will be retried keeps its claim on the secret, so the retry still sends
             # the reset email; the values went nowhere but the provider.
             return Result(prepared, outcome)
@@ -227,9 +283,10 @@ def _start_sends(
 
 
 async def _call(
-    provider: Provider, message: Message, context: dict[str, Any], unknown: str
+    provider: Provider, calls: _Calls, message: Message, context: dict[str, Any], unknown: str
 ) -> ProviderOutcome:
-    """One provider call: timed, counted by outcome, traced under the event's trace, logged."""
+    """One provider call: timed, counted by outcome (in the batch's tally), traced under the
+    event's trace, logged (a failure at WARNING, anything else at DEBUG)."""
     started = time.perf_counter()
     with tracing.span(
         "provider.send",
@@ -257,18 +314,19 @@ async def _call(
         tracing.set_attributes(
             current, **{"herald.outcome": label, "herald.error_code": outcome.error_code}
         )
-    metrics.PROVIDER_CALLS.labels(provider.channel, provider.name, label).inc()
-    metrics.PROVIDER_LATENCY.labels(provider.channel, provider.name).observe(elapsed)
-    log.log(
-        logging.INFO if outcome.outcome != "failed" else logging.WARNING,
-        "delivery %s via %s: %s%s in %.0f ms",
-        context["public_id"],
-        provider.name,
-        label,
-        f" ({outcome.error_code})" if outcome.error_code else "",
-        elapsed * 1000,
-        extra={"channel": provider.channel, "provider": provider.name, "outcome": label},
-    )
+    calls.add(label, elapsed)
+    level = logging.DEBUG if outcome.outcome != "failed" else logging.WARNING
+    if log.isEnabledFor(level):
+        log.log(
+            level,
+            "delivery %s via %s: %s%s in %.0f ms",
+            context["public_id"],
+            provider.name,
+            label,
+            f" ({outcome.error_code})" if outcome.error_code else "",
+            elapsed * 1000,
+            extra={"channel": provider.channel, "provider": provider.name, "outcome": label},
+        )
     return outcome
 
 

@@ -84,6 +84,9 @@ def dev_settings(settings: Settings, state: DevState) -> Settings:
     for flag in ("feature_reminders", "feature_broadcasts"):
         if flag not in settings.model_fields_set:
             update[flag] = True
+    # Webhooks to a receiver on the same laptop (http://127.0.0.1:…).
+    if "webhook_allow_loopback" not in settings.model_fields_set:
+        update["webhook_allow_loopback"] = True
     # The attendance loop is watched live: sweep follow-ups every 2 s unless told otherwise.
     if settings.followup_sweep_seconds is None:
         update["followup_sweep_seconds"] = DEMO_SWEEP_SECONDS
@@ -195,6 +198,11 @@ class DevInfo:
     curl: list[str]
     # Draft (the principal), approve (the deputy), watch: the two-person broadcast flow.
     broadcast_curl: list[str] = field(default_factory=list)
+    # Console sign-in links: the principal (a superadmin) and the deputy (the broadcast
+    # approver, who has no dead-letter permission). The token rides in the fragment, which a
+    # browser never sends to a server.
+    console_operator: str = ""
+    console_approver: str = ""
 
     @property
     def demo_url(self) -> str:
@@ -205,6 +213,10 @@ class DevInfo:
     def outbox_url(self) -> str:
         """What the mock providers recorded instead of sending."""
         return f"{self.base_url}/outbox"
+
+
+def console_link(base_url: str, token: str) -> str:
+    return f"{base_url}/console/sign-in#token={token}"
 
 
 def display_url(host: str, port: int) -> str:
@@ -261,6 +273,20 @@ async def run_dev(
             role=GUARDIAN_ROLE,
             ttl=timedelta(days=1),
         )
+        principal = auth.sign_token(
+            settings,
+            tenant_id=SCHOOL.tenant_id,
+            subject=PRINCIPAL[0],
+            role="principal",
+            ttl=timedelta(days=1),
+        )
+        deputy = auth.sign_token(
+            settings,
+            tenant_id=SCHOOL.tenant_id,
+            subject=DEPUTY[0],
+            role="deputy",
+            ttl=timedelta(days=1),
+        )
         info = DevInfo(
             base_url=base_url,
             api_key=api_key,
@@ -268,23 +294,9 @@ async def run_dev(
             guardian_role=GUARDIAN_ROLE,
             token=token,
             curl=curl_examples(base_url, api_key, token),
-            broadcast_curl=broadcast_curl(
-                base_url,
-                auth.sign_token(
-                    settings,
-                    tenant_id=SCHOOL.tenant_id,
-                    subject=PRINCIPAL[0],
-                    role="principal",
-                    ttl=timedelta(days=1),
-                ),
-                auth.sign_token(
-                    settings,
-                    tenant_id=SCHOOL.tenant_id,
-                    subject=DEPUTY[0],
-                    role="deputy",
-                    ttl=timedelta(days=1),
-                ),
-            ),
+            broadcast_curl=broadcast_curl(base_url, principal, deputy),
+            console_operator=console_link(base_url, principal),
+            console_approver=console_link(base_url, deputy),
         )
 
         hub = build_hub(settings, engine)

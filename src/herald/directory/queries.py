@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONPATH, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.elements import Label
+from sqlalchemy.sql.elements import ColumnElement, Label
 
 from herald.db import schema as s
 from herald.db import sqlfile
@@ -450,6 +450,26 @@ async def orphan_recipients_of_person(conn: AsyncConnection, person_id: int) -> 
         update(r)
         .where(r.c.user_id == person_id)
         .values(user_id=None, variables=literal_column("'{}'::jsonb"))
+    )
+    return int(result.rowcount)
+
+
+def email_hash(email: ColumnElement[str]) -> ColumnElement[str]:
+    """The undeliverable_address key of an email, exactly as herald.receipts writes it."""
+    return func.encode(func.sha256(func.convert_to(func.lower(func.btrim(email)), "UTF8")), "hex")
+
+
+async def delete_undeliverable_of_person(conn: AsyncConnection, person_id: int) -> int:
+    """The person's email address, if a hard bounce marked it undeliverable, is forgotten with
+    them (only its hash was kept, but a hash of a known address identifies it)."""
+    u, p = s.undeliverable_address, s.person
+    result = await conn.execute(
+        delete(u).where(
+            u.c.tenant_id == p.c.tenant_id,
+            u.c.channel == "email",
+            u.c.address_hash == email_hash(p.c.email),
+            p.c.id == person_id,
+        )
     )
     return int(result.rowcount)
 

@@ -236,6 +236,7 @@ async def erase_person(
     await broadcasts.forget_operator(conn, tenant_id, external_id, person.public_id)
     kept = await queries.orphan_recipients_of_person(conn, person.id)
     followups = await queries.delete_followups_naming_person(conn, tenant_id, external_id)
+    await queries.delete_undeliverable_of_person(conn, person.id)
     await queries.hard_delete_person(conn, person.id)
     await audit.record_audit(
         conn,

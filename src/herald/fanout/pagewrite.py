@@ -367,7 +367,9 @@ def _channel_rows(
         target = t.c.id
     else:
         # Remote channels are rendered at send time, after the secret is resolved (R-SECRET-4).
-        outcome = literal("queued", Text)
+        # A kind with a digest on this channel waits for its window (herald.digests).
+        held = kind.digest is not None and channel in kind.digest.channels
+        outcome = literal("held" if held else "queued", Text)
     status = case(
         (gone, "skipped_recipient_gone"),  # decision 5
         (~allowed, "skipped_preference"),

@@ -31,6 +31,7 @@ from herald.kinds import Kind, Registry
 from herald.preferences import service as preferences
 from herald.rendering.render import Override, OverrideKey, render
 from herald.runtime import presence
+from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,17 @@ async def fan_out_batch(
         # A short page is the last one: complete in the same transaction as its rows.
         outcome.recipient_count = await queries.complete_fanout(conn, event.id, token, cursor)
         outcome.completed = True
+        # The host's event.completed, in the same transaction as the completion (outbox).
+        await webhooks.emit(
+            conn,
+            event.tenant_id,
+            "event.completed",
+            {
+                "eventId": event.public_id,
+                "kind": event.kind,
+                "recipientCount": outcome.recipient_count,
+            },
+        )
         if outcome.recipient_count == 0:
             # Legal (a class with no enrolments) but worth seeing (R-FANOUT-14).
             log.warning("event %s (%s) fanned out to zero recipients", event.public_id, event.kind)
@@ -337,7 +349,9 @@ def _plan_delivery(
             rows.add(recipient_id, channel, "queued", target_id=token_id)
         return
     # Remote channels are rendered at send time, after the secret is resolved (R-SECRET-4).
-    rows.add(recipient_id, channel, "queued")
+    # A kind with a digest on this channel waits for its window (herald.digests).
+    held = kind.digest is not None and channel in kind.digest.channels
+    rows.add(recipient_id, channel, "held" if held else "queued")
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

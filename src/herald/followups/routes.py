@@ -10,8 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response, status
 
-from herald.api.openapi import body_of
-from herald.auth.deps import EventsReader, FollowupsWriter, state, transaction
+from herald.auth.deps import EventsReader, FollowupsWriter, body_of, state, transaction
 from herald.followups import service
 from herald.followups.schemas import FollowupArm, FollowupOut
 

@@ -48,6 +48,7 @@ from herald.followups import queries
 from herald.followups.schemas import KEY_PATTERN, FollowupArm, FollowupOut
 from herald.kinds import Registry, get_registry
 from herald.sending import service as sending
+from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
 
@@ -443,6 +444,13 @@ async def claim(
         await conn.execute(
             queries.stamp_event(tenant_id, row["id"], column=column, event_id=event_id)
         )
+        if leg == REMIND:
+            await webhooks.emit(
+                conn,
+                tenant_id,
+                "followup.reminded",
+                {"followupKey": row["key"], "cycle": row["cycle"], "eventId": event_id},
+            )
     return Transition(
         id=row["id"],
         tenant_id=tenant_id,

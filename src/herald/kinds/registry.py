@@ -44,6 +44,20 @@ class Template:
         return malformed_placeholders(self.title or "") + malformed_placeholders(self.body)
 
 
+@dataclass(frozen=True)
+class Digest:
+    """Deliveries of the kind on `channels` for one person within `window_seconds` of the first
+    go out as one message listing them (herald.digests); the in-app inbox still shows each."""
+
+    window_seconds: int
+    channels: tuple[str, ...] = ("email",)
+
+
+DIGEST_SUFFIX = ".digest"
+MIN_DIGEST_WINDOW = 60
+MAX_DIGEST_WINDOW = 7 * 86_400
+
+
 # A builder may be a Template or code that returns one from the merged variables.
 Builder = Template | Callable[[Mapping[str, str]], Template]
 
@@ -63,6 +77,7 @@ class Kind:
     secret_variables: tuple[str, ...] = ()
     persist_rendered: bool = True
     default_locale: str = "en"
+    digest: Digest | None = None
 
     def builder(self, channel: str, locale: str) -> Builder | None:
         by_locale = self.templates.get(channel)
@@ -84,7 +99,11 @@ class Registry:
 
     def __init__(self, kinds: Iterable[Kind]) -> None:
         self._kinds: dict[str, Kind] = {}
-        for kind in kinds:
+        declared = list(kinds)
+        # A kind with a digest brings its digest kind (`<name>.digest`), whose wording is
+        # Herald's own (herald.digests.templates).
+        companions = [digest_kind(k) for k in declared if k.digest is not None]
+        for kind in [*declared, *companions]:
             if kind.name in self._kinds:
                 raise RegistryError(f"kind {kind.name!r} is declared twice")
             _validate(kind)
@@ -106,8 +125,39 @@ class Registry:
         return [k for k in self._kinds.values() if k.category == category]
 
 
+def digest_kind(kind: Kind) -> Kind:
+    from herald.digests.templates import digest_templates
+
+    assert kind.digest is not None
+    return Kind(
+        name=kind.name + DIGEST_SUFFIX,
+        category=kind.category,
+        channels=kind.digest.channels,
+        templates={channel: digest_templates(channel) for channel in kind.digest.channels},
+        priority=kind.priority,
+        dedupe="repeatable",
+        variables={"count": "3", "items": "• One\n• Two\n• Three"},
+    )
+
+
+def _validate_digest(kind: Kind, where: str) -> None:
+    digest = kind.digest
+    if digest is None:
+        return
+    if not MIN_DIGEST_WINDOW <= digest.window_seconds <= MAX_DIGEST_WINDOW:
+        raise RegistryError(
+            f"{where}: a digest window is {MIN_DIGEST_WINDOW}..{MAX_DIGEST_WINDOW} seconds"
+        )
+    for channel in digest.channels:
+        if channel == "in_app" or channel not in kind.channels:
+            raise RegistryError(f"{where}: cannot digest channel {channel!r}")
+    if kind.secret_variables or kind.unsuppressible:
+        raise RegistryError(f"{where}: a kind carrying secrets or security notices is never held")
+
+
 def _validate(kind: Kind) -> None:
     where = f"kind {kind.name!r}"
+    _validate_digest(kind, where)
     if kind.category not in vocabulary.CATEGORIES:
         raise RegistryError(f"{where}: unknown category {kind.category!r}")
     if kind.priority not in vocabulary.PRIORITIES:

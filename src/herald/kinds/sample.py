@@ -5,7 +5,7 @@ Every category and every channel appears at least once, with English (en) and Ne
 
 from __future__ import annotations
 
-from herald.kinds.registry import Kind, Registry, Template
+from herald.kinds.registry import Digest, Kind, Registry, Template
 
 T = Template
 
@@ -41,6 +41,8 @@ ASSIGNMENT = Kind(
     name="assignment.published",
     category="academic",
     channels=("in_app", "email", "push"),
+    # A teacher posting five worksheets in an afternoon sends one email, not five.
+    digest=Digest(window_seconds=3600, channels=("email",)),
     variables={"title": "Fractions worksheet", "subject": "Mathematics", "dueDate": "2026-12-04"},
     templates={
         "in_app": _both(

@@ -94,6 +94,20 @@ async def delete_resolved_followups(conn: AsyncConnection, *, days: int, limit: 
     return int(result.rowcount)
 
 
+async def delete_sent_webhook_messages(conn: AsyncConnection, *, days: int, limit: int) -> int:
+    result = await conn.execute(SQL["delete_sent_webhook_messages"], {"days": days, "limit": limit})
+    return int(result.rowcount)
+
+
+async def delete_aged_undeliverable_addresses(
+    conn: AsyncConnection, *, days: int, limit: int
+) -> int:
+    result = await conn.execute(
+        SQL["delete_aged_undeliverable_addresses"], {"days": days, "limit": limit}
+    )
+    return int(result.rowcount)
+
+
 async def delete_finished_operational_emails(
     conn: AsyncConnection, *, days: int, limit: int
 ) -> int:
@@ -129,10 +143,13 @@ async def insert_operational_email(conn: AsyncConnection, values: dict[str, Any]
 async def claim_due_operational_emails(
     conn: AsyncConnection, *, limit: int, lease_seconds: int, tenant_id: str | None = None
 ) -> list[dict[str, Any]]:
-    result = await conn.execute(
-        SQL["claim_due_operational_emails"],
-        {"limit": limit, "lease_seconds": lease_seconds, "tenant_id": tenant_id},
-    )
+    params: dict[str, Any] = {"limit": limit, "lease_seconds": lease_seconds}
+    if tenant_id is None:
+        result = await conn.execute(SQL["claim_due_operational_emails"], params)
+    else:
+        result = await conn.execute(
+            SQL["claim_due_operational_emails_of_tenant"], {**params, "tenant_id": tenant_id}
+        )
     return [dict(row._mapping) for row in result]
 
 

@@ -150,6 +150,31 @@ DELETE FROM followup f
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_sent_webhook_messages
+-- Webhook messages the host received more than :days ago, at most :limit, through
+-- webhook_message_sent_idx. Queued and processing ones have work ahead; dead ones are named by
+-- their dead letter and stay with it.
+DELETE FROM webhook_message m
+ WHERE m.id IN (
+        SELECT c.id
+          FROM webhook_message c
+         WHERE c.status = 'sent' AND c.created_at < now() - make_interval(days => :days)
+         ORDER BY c.created_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
+-- name: delete_aged_undeliverable_addresses
+-- Undeliverable marks older than :days, at most :limit, through
+-- undeliverable_address_created_at_idx: after that long the address is tried again.
+DELETE FROM undeliverable_address a
+ WHERE a.id IN (
+        SELECT c.id
+          FROM undeliverable_address c
+         WHERE c.created_at < now() - make_interval(days => :days)
+         ORDER BY c.created_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_finished_operational_emails
 -- Operational emails that are done (sent or skipped) and older than :days. A dead one stays: its
 -- dead letter names it by job_id, and dead letters are never trimmed by age (R-DLQ-18).
@@ -177,19 +202,41 @@ RETURNING m.task;
 -- Claim due operational emails (R-OPMAIL-1: their own work type, claimed only by their sender,
 -- R-PLAT-10): queued → processing with the claim and its lease in one UPDATE; SKIP LOCKED keeps
 -- concurrent workers disjoint. claimed_at is the lease token every later write checks.
+-- Written as the delivery claim is (delivery/queries.sql), for the same reasons once psycopg
+-- prepares it and the server runs a generic plan: operational_email_due_idx is in the ORDER BY's
+-- order (0013), `status = 'queued'` is a constant, the ids reach the UPDATE as an array
+-- (`IN (subquery)` hash-joined a guessed tenth of the table against a scan of all of it), and the
+-- one-tenant form is a statement of its own (tests/integration/test_plans_maintenance.py).
 UPDATE operational_email o
    SET status = 'processing',
        claimed_at = clock_timestamp(),
        lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
- WHERE o.id IN (
+ WHERE o.id = ANY(ARRAY(
         SELECT c.id
           FROM operational_email c
          WHERE c.status = 'queued'
            AND c.next_attempt_at <= now()
-           AND (CAST(:tenant_id AS text) IS NULL OR c.tenant_id = :tenant_id)
          ORDER BY c.next_attempt_at, c.id
          LIMIT :limit
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
+RETURNING o.id, o.public_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
+          o.subject, o.body_text, o.body_html, o.attempts, o.claimed_at;
+
+-- name: claim_due_operational_emails_of_tenant
+-- The same claim limited to one tenant (tests and single-tenant drains).
+UPDATE operational_email o
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE o.id = ANY(ARRAY(
+        SELECT c.id
+          FROM operational_email c
+         WHERE c.status = 'queued'
+           AND c.next_attempt_at <= now()
+           AND c.tenant_id = :tenant_id
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED))
 RETURNING o.id, o.public_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
           o.subject, o.body_text, o.body_html, o.attempts, o.claimed_at;
 

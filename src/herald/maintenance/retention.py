@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.config import Settings
+from herald.console import sessions
 from herald.maintenance import queries
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class RetentionReport:
     reminder_runs: int = 0
     broadcasts: int = 0
     followups: int = 0
+    webhook_messages: int = 0
+    undeliverable_addresses: int = 0
+    console_sessions: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -72,6 +76,9 @@ class RetentionReport:
             + self.reminder_runs
             + self.broadcasts
             + self.followups
+            + self.webhook_messages
+            + self.undeliverable_addresses
+            + self.console_sessions
         )
 
 
@@ -311,6 +318,71 @@ async def prune_followups(
     )
 
 
+async def prune_webhook_messages(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Webhook messages sent more than retention_days ago. Queued, processing and dead ones stay
+    (a dead one's dead letter names it, and dead letters are never trimmed by age)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "webhook_messages",
+        queries.delete_sent_webhook_messages,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
+async def prune_undeliverable_addresses(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Addresses marked undeliverable more than retention_days ago are tried again."""
+    return await _prune_table(
+        engine,
+        settings,
+        "undeliverable_addresses",
+        queries.delete_aged_undeliverable_addresses,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
+async def prune_console_sessions(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport | None = None,
+    max_batches: int | None = MAX_BATCHES_PER_TICK,
+    on_statement: StatementHook | None = None,
+) -> RetentionReport:
+    """Console sessions past their expiry (an expired session signs nobody in; sign-out deletes
+    its own row at once)."""
+    return await _prune_table(
+        engine,
+        settings,
+        "console_sessions",
+        sessions.delete_expired,
+        settings.retention_days,
+        report=report,
+        max_batches=max_batches,
+        on_statement=on_statement,
+    )
+
+
 async def run_retention(
     engine: AsyncEngine,
     settings: Settings,
@@ -330,6 +402,9 @@ async def run_retention(
         prune_reminder_runs,
         prune_broadcasts,
         prune_followups,
+        prune_webhook_messages,
+        prune_undeliverable_addresses,
+        prune_console_sessions,
     ):
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
@@ -342,7 +417,9 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts, %d follow-ups in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses "
+            "in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d console sessions in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -353,6 +430,8 @@ def log_report(report: RetentionReport) -> None:
             report.reminder_runs,
             report.broadcasts,
             report.followups,
+            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
+            "%d console sessions in %d statements (slowest %.3f s)",
             report.statements,
             report.slowest_statement_seconds,
         )

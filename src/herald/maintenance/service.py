@@ -161,6 +161,15 @@ async def run_tick(
     async def prune_followups() -> None:
         await retention.prune_followups(engine, settings, report=report.retention)
 
+    async def prune_webhook_messages() -> None:
+        await retention.prune_webhook_messages(engine, settings, report=report.retention)
+
+    async def prune_undeliverable_addresses() -> None:
+        await retention.prune_undeliverable_addresses(engine, settings, report=report.retention)
+
+    async def prune_console_sessions() -> None:
+        await retention.prune_console_sessions(engine, settings, report=report.retention)
+
     await sweep("reclaim_expired_leases", reclaim)
     if "reclaim_expired_leases" not in report.failures:  # counted once committed
         for channel in report.reclaimed_channels:
@@ -182,6 +191,9 @@ async def run_tick(
     await step("retention_reminder_runs", prune_reminder_runs)
     await step("retention_broadcasts", prune_broadcasts)
     await step("retention_followups", prune_followups)
+    await step("retention_webhook_messages", prune_webhook_messages)
+    await step("retention_undeliverable_addresses", prune_undeliverable_addresses)
+    await step("retention_console_sessions", prune_console_sessions)
     retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
+from herald.db import sqlfile
+
+SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
 
 
 async def open_deliveries(conn: AsyncConnection) -> list[tuple[str, str, int]]:
     """(channel, status, count) of deliveries still in flight."""
-    d = s.notification_delivery
-    rows = await conn.execute(
-        select(d.c.channel, d.c.status, func.count())
-        .where(d.c.status.in_(("queued", "processing", "failed")))
-        .group_by(d.c.channel, d.c.status)
-    )
+    rows = await conn.execute(SQL["open_deliveries"])
     return [(channel, status, int(n)) for channel, status, n in rows]
 
 
@@ -74,19 +73,7 @@ async def oldest_delivery_ages(conn: AsyncConnection) -> list[tuple[str, str, fl
     status has been in the queue (since `queued_at`). Queued rows count once due; failed rows
     (waiting for their retry) and processing rows (being sent) always. A provider that keeps
     failing makes this grow, retry after retry."""
-    d = s.notification_delivery
-    rows = await conn.execute(
-        select(
-            d.c.channel,
-            d.c.status,
-            func.extract("epoch", func.now() - func.min(d.c.queued_at)),
-        )
-        .where(
-            d.c.status.in_(("queued", "processing", "failed")),
-            (d.c.status != "queued") | (d.c.next_attempt_at <= func.now()),
-        )
-        .group_by(d.c.channel, d.c.status)
-    )
+    rows = await conn.execute(SQL["oldest_delivery_ages"])
     return [(channel, status, max(0.0, float(age or 0))) for channel, status, age in rows]
 
 

@@ -234,12 +234,15 @@ class RealtimeHub:
     def dispatch(self, payload: str | bytes) -> int:
         """Hand one transport payload to the streams allowed to see it; returns how many got it."""
         handed = 0
-        for notice in service.decode(payload):
+        for notice in service.decode(payload, self._has_stream):
             for sub in self._subscribers.get((notice.tenant_id, notice.person_id), ()):
                 if sub.viewer.may_see(notice):
                     sub.offer(notice)
                     handed += 1
         return handed
+
+    def _has_stream(self, tenant_id: str, person_id: int) -> bool:
+        return (tenant_id, person_id) in self._subscribers
 
     async def _listen(self, source: NoticeSource) -> None:
         backoff = BACKOFF_FIRST_SECONDS

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -136,11 +136,17 @@ def encode(notices: Iterable[InAppNotice], *, limit: int = MAX_PAYLOAD_BYTES) ->
     return payloads
 
 
-def decode(payload: str | bytes) -> list[Notice]:
-    """Unpack one payload; a malformed one is logged and yields nothing (never raises)."""
+def decode(payload: str | bytes, wanted: Callable[[str, int], bool] | None = None) -> list[Notice]:
+    """Unpack one payload; a malformed one is logged and yields nothing (never raises).
+
+    `wanted(tenant, person)` picks the notices worth building: a hub skips the people with no
+    open stream in its process before parsing their timestamps (with several API processes, most
+    of a 500-notice batch is for another process's streams)."""
     try:
         raw: Any = json.loads(payload)
-        return [_notice(item) for item in raw]
+        if wanted is None:
+            return [_notice(item) for item in raw]
+        return [_notice(item) for item in raw if wanted(str(item["t"]), int(item["p"]))]
     except (ValueError, TypeError, KeyError):
         log.warning("ignoring a malformed realtime payload (%d bytes)", len(payload))
         return []

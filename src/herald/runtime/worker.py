@@ -28,6 +28,7 @@ from herald.config import Settings
 from herald.db.engine import libpq_url
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, deliver_batch
+from herald.digests import service as digests
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
@@ -36,6 +37,7 @@ from herald.runtime import outages
 from herald.runtime.presence import Presence
 from herald.secrets.vault import Vault, build_vault
 from herald.sending.queries import FANOUT_CHANNEL
+from herald.webhooks import worker as webhooks
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,22 @@ async def run_worker(
                 )
                 for n in range(LOOPS_PER_CHANNEL)
             )
+    webhook_client = webhooks.build_client(settings) if channels else None
+    if webhook_client is not None:
+        # Signed webhooks to the host (issue 16): polled, no NOTIFY of their own.
+        client = webhook_client
+
+        async def webhooks_once() -> bool:
+            return await webhooks.send_batch(engine, settings, client, tenant_id=tenant_id) > 0
+
+        tasks.append(
+            asyncio.create_task(
+                _loop("webhook sender", webhooks_once, asyncio.Event(), stop, settings),
+                name="herald-webhooks",
+            )
+        )
+    if channels and digests.windows(registry):
+        tasks.append(asyncio.create_task(_digests(engine, registry, stop), name="herald-digests"))
     if maintenance:
         tasks.append(
             asyncio.create_task(
@@ -154,6 +172,8 @@ async def run_worker(
         for wake in wakes.values():
             wake.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if webhook_client is not None:
+            await webhook_client.aclose()
         if own_providers:
             await close_providers(providers)
         await vault.aclose()
@@ -209,6 +229,24 @@ async def _maintenance(
             else:
                 log.exception("maintenance tick failed")
         await _sleep_until(None, stop, interval)
+
+
+# How often the digest sweeper looks for groups whose window has passed: a digest goes out at
+# most this long after its window, and the grouping query runs this rarely.
+DIGEST_SWEEP_SECONDS = 10.0
+
+
+async def _digests(engine: AsyncEngine, registry: Registry, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            await digests.sweep(engine, registry)
+        except Exception as exc:
+            dependency = outages.unavailable(exc)
+            if dependency is not None:
+                outages.state(dependency).failed(exc)
+            else:
+                log.exception("digest sweep failed; its groups stay held and are retried")
+        await _sleep_until(None, stop, DIGEST_SWEEP_SECONDS)
 
 
 async def _sleep_until(wake: asyncio.Event | None, stop: asyncio.Event, seconds: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, select, tuple_
+from sqlalchemy import ColumnElement, and_, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
@@ -22,11 +22,31 @@ dl = s.dead_letter
 # The job every allowlisted queue runs; replay_dead_letter refuses any other.
 CHANNEL_JOB = "channel_send"
 QUEUE_PREFIX = "notification."
+# Webhook messages to the host (herald.webhooks) die and are replayed here too.
+WEBHOOK_QUEUE = "webhook"
+WEBHOOK_JOB = "webhook_send"
 
 
 def allowlisted() -> ColumnElement[bool]:
-    """Dead letters of Herald's own channel sends, and nothing else."""
-    return and_(dl.c.queue_name.in_(REPLAYABLE_QUEUES), dl.c.job_name == CHANNEL_JOB)
+    """Dead letters of Herald's own channel sends and webhook messages, and nothing else."""
+    return or_(
+        and_(dl.c.queue_name.in_(REPLAYABLE_QUEUES), dl.c.job_name == CHANNEL_JOB),
+        and_(dl.c.queue_name == WEBHOOK_QUEUE, dl.c.job_name == WEBHOOK_JOB),
+    )
+
+
+async def find_webhook_letter(
+    conn: AsyncConnection, tenant_id: str, public_id: Any
+) -> dict[str, Any] | None:
+    """The dead letter if it is a webhook message's; None for any other (or none)."""
+    stmt = select(dl.c.id, dl.c.payload_ref, dl.c.replayed_at).where(
+        dl.c.tenant_id == tenant_id,
+        dl.c.public_id == public_id,
+        dl.c.queue_name == WEBHOOK_QUEUE,
+        dl.c.job_name == WEBHOOK_JOB,
+    )
+    row = (await conn.execute(stmt)).mappings().first()
+    return dict(row) if row else None
 
 
 async def list_dead_letters(
@@ -56,6 +76,7 @@ async def list_dead_letters(
             dl.c.replayed_by,
             dl.c.replay_job_id,
             dl.c.payload_ref["notificationDeliveryPublicId"].astext.label("delivery_id"),
+            dl.c.payload_ref["webhookMessagePublicId"].astext.label("webhook_message_id"),
         )
         .where(*where)
         .order_by(dl.c.failed_at.desc(), dl.c.id.desc())

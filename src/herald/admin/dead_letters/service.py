@@ -25,7 +25,9 @@ from herald.admin.history import service as history
 from herald.admin.history.service import PageParams
 from herald.audit.service import record_audit
 from herald.auth.service import Operator
+from herald.delivery import queries as delivery_queries
 from herald.delivery import service as delivery
+from herald.webhooks import service as webhooks
 
 READ = "NotificationFailure_READ"
 REPLAY = "NotificationFailure_UPDATE"
@@ -49,7 +51,7 @@ def _item(row: Mapping[str, Any]) -> DeadLetterItem:
         failed_at=row["failed_at"],
         replayed_at=row["replayed_at"],
         replayed_by=row["replayed_by"],
-        delivery_id=_uuid_or_none(row["delivery_id"]),
+        delivery_id=_uuid_or_none(row["delivery_id"] or row["webhook_message_id"]),
         replay_delivery_id=_uuid_or_none(row["replay_job_id"]),
     )
 
@@ -84,9 +86,13 @@ async def replay_dead_letter(
         raise delivery.DeadLetterNotFound() from None
     if not operator.may(REPLAY):
         raise delivery.DeadLetterNotFound()
-    new_delivery = await delivery.replay_dead_letter(
-        conn, operator.tenant_id, public_id, actor=operator.actor_id
-    )
+    webhook_letter = await queries.find_webhook_letter(conn, operator.tenant_id, public_id)
+    if webhook_letter is not None:
+        new_delivery = await _replay_webhook(conn, operator, webhook_letter)
+    else:
+        new_delivery = await delivery.replay_dead_letter(
+            conn, operator.tenant_id, public_id, actor=operator.actor_id
+        )
     await record_audit(
         conn,
         operator,
@@ -99,3 +105,19 @@ async def replay_dead_letter(
         },
     )
     return ReplayResult(delivery_id=new_delivery)
+
+
+async def _replay_webhook(
+    conn: AsyncConnection, operator: Operator, letter: Mapping[str, Any]
+) -> uuid.UUID:
+    """A dead webhook message goes back to its queue under the same `webhook-id` (the host
+    deduplicates on it); the dead letter's compare-and-set is the last statement, as for a
+    delivery."""
+    if letter["replayed_at"] is not None:
+        raise delivery.DeadLetterAlreadyReplayed()
+    message_id = await webhooks.replay_message(conn, operator.tenant_id, letter["payload_ref"])
+    if not await delivery_queries.mark_dead_letter_replayed(
+        conn, letter["id"], operator.actor_id, str(message_id)
+    ):
+        raise delivery.DeadLetterAlreadyReplayed()
+    return message_id

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, and_, exists, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
@@ -179,6 +179,14 @@ async def list_deliveries(
             d.c.template_version,
             d.c.rendered_hash,
             original.c.public_id.label("replay_of_delivery_id"),
+            # The attempt evidence that tells a mock provider's "send" (a skipped attempt)
+            # from a channel with no provider at all (no attempt): the reason history gives.
+            exists()
+            .where(
+                s.notification_delivery_attempt.c.delivery_id == d.c.id,
+                s.notification_delivery_attempt.c.outcome == "skipped",
+            )
+            .label("provider_was_mock"),
         )
         .select_from(d.outerjoin(original, original.c.id == d.c.replay_of_delivery_id))
         .where(*where)

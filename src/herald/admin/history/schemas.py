@@ -62,6 +62,13 @@ class HistoryDelivery(_Model):
     rendered_hash: str | None
     # The public id of the delivery this one replays, if it is a replay.
     replay_of_delivery_id: UUID | None
+    # Why the delivery stands where it does, as a stable code and in an operator's words (the
+    # same reasons as the trace, GET /v1/admin/events/{id}/recipients/{externalId}, which also
+    # names the preference rule: history reads no person, so here it says only "preferences").
+    # `skipped_unconfigured` reads "mock provider, not delivered" when a mock provider was called
+    # and "no provider configured" when none was.
+    reason_code: str
+    reason: str
 
 
 class DeliveryPage(_Model):

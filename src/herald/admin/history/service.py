@@ -30,6 +30,7 @@ from herald.admin.history.schemas import (
     HistoryEvent,
     HistoryPage,
 )
+from herald.admin.trace.reasons import delivery_reason
 from herald.audit.service import record_audit
 from herald.auth.service import Operator
 from herald.centre import service as centre
@@ -193,6 +194,7 @@ async def list_event_deliveries(
 
 
 def _history_delivery(row: Mapping[str, Any]) -> HistoryDelivery:
+    reason_code, reason = delivery_reason(row, "", None)
     return HistoryDelivery(
         id=row["public_id"],
         channel=row["channel"],
@@ -211,6 +213,8 @@ def _history_delivery(row: Mapping[str, Any]) -> HistoryDelivery:
         template_version=row["template_version"],
         rendered_hash=row["rendered_hash"],
         replay_of_delivery_id=row["replay_of_delivery_id"],
+        reason_code=reason_code,
+        reason=reason,
     )
 
 

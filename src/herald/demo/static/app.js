@@ -138,13 +138,15 @@ async function openSession(identity) {
 // ------------------------------------------------------------------------------------------
 // Inbox and badge
 
-function renderBadge(count) {
+// The server counts unread items up to a cap (`capped`: at least that many); past it, "99+".
+function renderBadge(count, capped = false) {
   const badge = $('badge');
-  badge.textContent = count === null ? '…' : String(count);
+  const shown = count === null ? '…' : capped ? '99+' : String(count);
+  badge.textContent = shown;
   badge.dataset.count = count === null ? '' : String(count);
   badge.classList.toggle('zero', count === 0);
   if (state.session && count !== null) {
-    document.title = `${count ? `(${count}) ` : ''}${state.session.name} · Herald demo`;
+    document.title = `${count ? `(${shown}) ` : ''}${state.session.name} · Herald demo`;
   }
 }
 
@@ -169,7 +171,7 @@ async function refreshInbox() {
         state.refreshAgain = true; // the person changed meanwhile: fetch again for the new one
         continue;
       }
-      renderBadge(count.count);
+      renderBadge(count.count, count.capped);
       $('inbox').replaceChildren(...page.items.map(renderItem));
       $('inbox-empty').hidden = page.items.length > 0;
       state.nextCursor = page.nextCursor;

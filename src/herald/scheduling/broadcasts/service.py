@@ -89,6 +89,7 @@ from herald.scheduling.broadcasts.schemas import (
 )
 from herald.sending import service as sending
 from herald.vocabulary import IN_FLIGHT_STATUSES as IN_FLIGHT
+from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
 
@@ -530,6 +531,12 @@ async def settle_broadcast(conn: AsyncConnection, due: Due) -> str | None:
         if not row["fanout_completed"] or await delivery.in_flight(conn, event_id):
             return "sending"
         await queries.mark_completed(conn, row["id"])
+        await webhooks.emit(
+            conn,
+            due.tenant_id,
+            "broadcast.completed",
+            {"broadcastId": row["public_id"], "state": "completed"},
+        )
         await record_audit(
             conn,
             _scheduler(due.tenant_id),

@@ -12,8 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
 from herald.admin.templates.service import parse_page, parse_version
-from herald.api.openapi import body_of
-from herald.auth.deps import Cursor, Limit, OperatorDep, state, transaction
+from herald.auth.deps import Cursor, Limit, OperatorDep, body_of, state, transaction
 from herald.errors import FeatureDisabled
 from herald.scheduling.reminders import service
 from herald.scheduling.reminders.schemas import (

@@ -11,6 +11,9 @@ near-tied times it sequentially scanned and sorted every queued row of the chann
 claim (105 ms at 50,000 queued; docs/scaling.md). With `id` as the last key column the claim is
 an index range scan that stops after LIMIT rows, whatever the queue depth.
 
+operational_email_due_idx gets the same treatment: its claim orders by (next_attempt_at, id)
+too, and the index ended at next_attempt_at.
+
 The other indexes of notification_delivery stay (docs/scaling.md weighs each): a status change
 can never be a HOT update while `status` appears in any index or partial-index predicate, and
 each of them has a reader.
@@ -28,17 +31,19 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-_NEW = (
-    "CREATE INDEX CONCURRENTLY IF NOT EXISTS notification_delivery_due_next_idx "
-    "ON notification_delivery (channel, next_attempt_at, id) WHERE status = 'queued'"
-)
-_OLD = (
-    "CREATE INDEX CONCURRENTLY IF NOT EXISTS notification_delivery_due_prev_idx "
-    "ON notification_delivery (channel, next_attempt_at) WHERE status = 'queued'"
+# (index, table, new key columns, old key columns); every one is partial on status = 'queued'.
+_INDEXES = (
+    (
+        "notification_delivery_due_idx",
+        "notification_delivery",
+        "channel, next_attempt_at, id",
+        "channel, next_attempt_at",
+    ),
+    ("operational_email_due_idx", "operational_email", "next_attempt_at, id", "next_attempt_at"),
 )
 
 
-def _swap(create: str, built: str) -> None:
+def _swap(index: str, table: str, columns: str) -> None:
     """Build the replacement without blocking writes, then swap names.
 
     CREATE/DROP INDEX CONCURRENTLY cannot run in a transaction, so this runs in an autocommit
@@ -46,15 +51,21 @@ def _swap(create: str, built: str) -> None:
     CREATE INDEX would hold off every claim, fan-out insert and outcome for the whole build.
     IF [NOT] EXISTS makes a rerun after an interruption finish the job; an index left INVALID by
     an interrupted concurrent build must be dropped by hand (the runbook's usual advice)."""
+    built = f"{index}_swap"
     with op.get_context().autocommit_block():
-        op.execute(create)
-        op.execute("DROP INDEX CONCURRENTLY IF EXISTS notification_delivery_due_idx")
-        op.execute(f"ALTER INDEX {built} RENAME TO notification_delivery_due_idx")
+        op.execute(
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {built} "
+            f"ON {table} ({columns}) WHERE status = 'queued'"
+        )
+        op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
+        op.execute(f"ALTER INDEX {built} RENAME TO {index}")
 
 
 def upgrade() -> None:
-    _swap(_NEW, "notification_delivery_due_next_idx")
+    for index, table, new, _ in _INDEXES:
+        _swap(index, table, new)
 
 
 def downgrade() -> None:
-    _swap(_OLD, "notification_delivery_due_prev_idx")
+    for index, table, _, old in _INDEXES:
+        _swap(index, table, old)

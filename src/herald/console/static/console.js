@@ -1,0 +1,50 @@
+// The console's only script of its own (no inline script anywhere: the CSP forbids it).
+"use strict";
+
+// A sign-in link from `herald dev` carries the token in the fragment (#token=…), which never
+// reaches a server or a log: fill the form, forget the fragment, submit.
+(function signInFromFragment() {
+  var form = document.getElementById("sign-in");
+  if (!form || !location.hash.startsWith("#token=")) return;
+  var token = decodeURIComponent(location.hash.slice("#token=".length));
+  history.replaceState(null, "", location.pathname);
+  form.querySelector("textarea[name=token]").value = token;
+  form.submit();
+})();
+
+// The outcomes chart: one small uPlot per channel, fed by the aggregate endpoint.
+(function outcomeCharts() {
+  var holder = document.getElementById("outcome-charts");
+  if (!holder) return;
+  function draw() {
+    if (typeof uPlot === "undefined") return setTimeout(draw, 50);
+    fetch(holder.dataset.source, { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (data) {
+        var width = Math.max(280, Math.min(holder.clientWidth || 600, 900));
+        data.channels.forEach(function (ch) {
+          var box = document.createElement("figure");
+          var caption = document.createElement("figcaption");
+          caption.textContent = ch.channel;
+          box.appendChild(caption);
+          box.setAttribute("role", "img");
+          var total = ["delivered", "failed", "skipped", "in_flight"].map(function (k) {
+            return k + " " + ch.counts[k].reduce(function (a, b) { return a + b; }, 0);
+          }).join(", ");
+          box.setAttribute("aria-label", ch.channel + " in the last 24 hours: " + total);
+          holder.appendChild(box);
+          new uPlot({
+            width: width, height: 160,
+            series: [
+              {},
+              { label: "delivered", stroke: "#1a7f37" },
+              { label: "failed", stroke: "#cf222e" },
+              { label: "skipped", stroke: "#9a6700" },
+              { label: "in flight", stroke: "#0969da" },
+            ],
+          }, [data.hours, ch.counts.delivered, ch.counts.failed, ch.counts.skipped, ch.counts.in_flight], box);
+        });
+      });
+  }
+  draw();
+})();

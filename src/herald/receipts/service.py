@@ -1,0 +1,223 @@
+"""Delivery receipts (issue 16): providers tell Herald what became of a message it sent.
+
+POST /v1/providers/resend/events — Resend's webhook, signed by Svix; verified with the `svix`
+package against HERALD_RESEND_WEBHOOK_SECRET. POST /v1/providers/twilio/status — Twilio's status
+callback, signed with X-Twilio-Signature (HMAC-SHA1 of the URL Twilio called and the sorted form
+parameters, keyed by the account's auth token; checked here by hand: the `twilio` package would
+bring its whole REST client and an HTTP stack for the one RequestValidator, and the algorithm is
+Twilio's documented one, compared in constant time).
+
+A verified receipt moves the delivery it names (by provider message id and channel; an id that
+matches no row, or more than one, changes nothing) from `sent` to `delivered`, or to the final
+`bounced` with the provider's code. The move is a compare-and-set on `sent`, so a duplicate, an
+out-of-order or a late receipt changes nothing. A hard email bounce also marks the recipient's
+address undeliverable (undeliverable_address, a hash only): later emails to it are
+skipped_no_destination with ADDRESS_UNDELIVERABLE until the host changes the address. The
+webhook delivery.delivered / delivery.bounced is written in the same transaction.
+An unsigned or forged callback is 401 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+from svix.webhooks import Webhook as SvixWebhook
+from svix.webhooks import WebhookVerificationError
+
+from herald.channels.base import bounded_detail
+from herald.config import Settings
+from herald.db import tenancy
+from herald.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
+from herald.receipts import queries
+from herald.webhooks import service as webhooks
+
+log = logging.getLogger(__name__)
+
+MAX_PROVIDER_ID = 200
+
+
+class ReceiptSignatureInvalid(Unauthenticated):
+    """The provider callback is unsigned or its signature does not verify."""
+
+    code = "PROVIDER_SIGNATURE_INVALID"
+
+
+class ReceiptsNotConfigured(NotFound):
+    """This provider's delivery receipts are not configured."""
+
+    code = "PROVIDER_RECEIPTS_NOT_CONFIGURED"
+
+
+class ReceiptTooEarly(Conflict):
+    """The delivery's send is still being recorded; send the receipt again later."""
+
+    code = "PROVIDER_RECEIPT_EARLY"
+
+
+class ReceiptMalformed(ValidationFailed):
+    """The provider callback is not in the provider's format."""
+
+    code = "PROVIDER_CALLBACK_MALFORMED"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    channel: str
+    provider_message_id: str
+    # "delivered" or "bounced"; None: a status Herald does not act on (opened, queued, …).
+    status: str | None
+    code: str | None = None
+    hard: bool = False
+
+
+@dataclass(frozen=True)
+class Applied:
+    # "delivered", "bounced" or "ignored" (unknown, duplicate, out of order, not acted on).
+    result: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Resend (Svix-signed JSON)
+
+
+def verify_resend(settings: Settings, body: bytes, headers: Mapping[str, str]) -> Receipt:
+    if not settings.resend_webhook_secret:
+        raise ReceiptsNotConfigured()
+    try:
+        SvixWebhook(settings.resend_webhook_secret).verify(body, dict(headers))
+    except WebhookVerificationError:
+        raise ReceiptSignatureInvalid() from None
+    return parse_resend(body)
+
+
+def parse_resend(body: bytes) -> Receipt:
+    try:
+        event = json.loads(body)
+        kind = event["type"]
+        data = event["data"]
+        email_id = data["email_id"]
+    except (ValueError, KeyError, TypeError):
+        raise ReceiptMalformed() from None
+    if not isinstance(kind, str) or not isinstance(email_id, str) or not email_id:
+        raise ReceiptMalformed()
+    email_id = email_id[:MAX_PROVIDER_ID]
+    if kind == "email.delivered":
+        return Receipt("email", email_id, "delivered")
+    if kind == "email.bounced":
+        bounce = data.get("bounce") if isinstance(data.get("bounce"), dict) else {}
+        bounce_type = str(bounce.get("type") or "Permanent")
+        if bounce_type.lower() == "transient":
+            return Receipt("email", email_id, None)  # a soft bounce: the provider retries
+        detail = bounded_detail(str(bounce.get("subType") or "")) if bounce else None
+        code = f"EMAIL_BOUNCED ({detail})" if detail else "EMAIL_BOUNCED"
+        return Receipt("email", email_id, "bounced", code, hard=True)
+    return Receipt("email", email_id, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Twilio (form-encoded, X-Twilio-Signature)
+
+
+def twilio_signature(auth_token: str, url: str, params: Sequence[tuple[str, str]]) -> str:
+    """Twilio's documented scheme: base64(HMAC-SHA1(token, url + each key+value, sorted by key
+    then value))."""
+    payload = url + "".join(k + v for k, v in sorted(params))
+    digest = hmac.new(auth_token.encode(), payload.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+def _url_variants(url: str) -> list[str]:
+    """The URL as given, without its port and with the scheme's default port: Twilio signs the
+    URL as it was configured, which a proxy may have changed either way."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    default = 443 if parts.scheme == "https" else 80
+    bare = urlunsplit(parts._replace(netloc=host))
+    ported = urlunsplit(parts._replace(netloc=f"{host}:{parts.port or default}"))
+    return list(dict.fromkeys([url, bare, ported]))
+
+
+def verify_twilio(
+    settings: Settings, url: str, params: Sequence[tuple[str, str]], signature: str | None
+) -> Receipt:
+    if not settings.twilio_auth_token:
+        raise ReceiptsNotConfigured()
+    if not signature:
+        raise ReceiptSignatureInvalid()
+    url = settings.twilio_status_callback_url or url
+    if not any(
+        hmac.compare_digest(
+            twilio_signature(settings.twilio_auth_token, variant, params).encode(),
+            signature.encode(),
+        )
+        for variant in _url_variants(url)
+    ):
+        raise ReceiptSignatureInvalid()
+    return parse_twilio(params)
+
+
+def parse_twilio(params: Sequence[tuple[str, str]]) -> Receipt:
+    form = dict(params)
+    sid, status = form.get("MessageSid"), form.get("MessageStatus")
+    if not sid or not status:
+        raise ReceiptMalformed()
+    sid = sid[:MAX_PROVIDER_ID]
+    if status == "delivered":
+        return Receipt("sms", sid, "delivered")
+    if status in ("undelivered", "failed"):
+        error = form.get("ErrorCode", "")
+        code = f"SMS_UNDELIVERED (twilio_{error})" if error.isdigit() else "SMS_UNDELIVERED"
+        return Receipt("sms", sid, "bounced", code)
+    return Receipt("sms", sid, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying a verified receipt
+
+
+async def apply(conn: AsyncConnection, receipt: Receipt) -> Applied:
+    """Move the delivery the receipt names, in the caller's (all-tenant) transaction; the move,
+    the undeliverable mark and the webhook message commit together."""
+    if receipt.status is None:
+        return Applied("ignored")
+    found = await queries.find_by_provider_message_id(
+        conn, receipt.channel, receipt.provider_message_id
+    )
+    if len(found) != 1:
+        return Applied("ignored")
+    [(delivery_id, tenant_id)] = found
+    await tenancy.enter_tenant(conn, tenant_id)
+    moved = await queries.apply_receipt(conn, delivery_id, receipt.status, receipt.code)
+    if moved is None:
+        if await queries.delivery_status(conn, delivery_id) == "processing":
+            # A fast provider beat the recorder (the call returned, its outcome is not written
+            # yet): a 409 makes a retrying sender (Svix) bring it back instead of losing it.
+            raise ReceiptTooEarly()
+        return Applied("ignored")
+    if receipt.hard and receipt.channel == "email":
+        await queries.mark_undeliverable(
+            conn, moved["recipient_id"], receipt.code or "EMAIL_BOUNCED", moved["public_id"]
+        )
+    await webhooks.emit_for_deliveries(conn, tenant_id, [delivery_id])
+    log.info("delivery %s: %s by the provider's receipt", moved["public_id"], receipt.status)
+    return Applied(receipt.status)
+
+
+def form_params(body: bytes) -> list[tuple[str, str]]:
+    try:
+        return parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False)
+    except (UnicodeDecodeError, ValueError):
+        raise ReceiptMalformed() from None
+
+
+def headers_of(raw: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in raw.items()}
