@@ -30,8 +30,9 @@ from tests.conftest import create_database, drop_database  # noqa: E402
 from bench.fanout import TENANT, record_event, seed_people  # noqa: E402
 from herald.db import embedded, migrate, tenancy  # noqa: E402
 from herald.db.engine import make_async_engine  # noqa: E402
-from herald.fanout import pagewrite, queries  # noqa: E402
+from herald.fanout import queries  # noqa: E402
 from herald.fanout import service as fanout  # noqa: E402
+from herald.fanout.pagewrite import queries as pagewrite  # noqa: E402
 from herald.kinds.sample import SAMPLE_REGISTRY  # noqa: E402
 
 

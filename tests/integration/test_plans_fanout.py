@@ -32,7 +32,7 @@ from sqlalchemy.dialects import postgresql
 
 from herald.audience import service as audience
 from herald.db.engine import libpq_url
-from herald.fanout import pagewrite
+from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import SQL
 from herald.kinds.sample import SAMPLE_REGISTRY
 

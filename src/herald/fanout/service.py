@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.audience import service as audience
 from herald.db import tenancy
-from herald.fanout import pagewrite, queries
+from herald.fanout import queries
+from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import ClaimedEvent, DeliveryRows
 from herald.kinds import Kind, Registry
 from herald.preferences import service as preferences
