@@ -2,7 +2,7 @@
 `herald scheduler` and `herald worker` processes, beside a raw COPY of the same rows in the
 same run.
 
-    .venv/bin/python bench/broadcast.py [--people 1000000] [--batch 500]
+    .venv/bin/python bench/broadcast.py [--people 1000000] [--batch 500] [--split]
 
 Uses HERALD_BENCH_DATABASE_URL (the bench creates and drops its own database), else the embedded
 PostgreSQL under .herald/bench. The broadcast is written approved (two different people) and due
@@ -77,6 +77,12 @@ def main() -> None:
     )
     parser.add_argument("--people", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="two worker processes: `herald worker --no-channels` (fan-out) and "
+        "`herald worker --no-fanout` (senders), instead of one doing both",
+    )
     args = parser.parse_args()
 
     server = os.environ.get("HERALD_BENCH_DATABASE_URL") or embedded.start(
@@ -89,7 +95,10 @@ def main() -> None:
         migrate.upgrade(url)
         with psycopg.connect(libpq_url(url)) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        print(f"PostgreSQL {version}; {args.people:,} people; batch {args.batch}")
+        print(
+            f"PostgreSQL {version}; {args.people:,} people; batch {args.batch}; "
+            + ("fan-out and senders in two worker processes" if args.split else "one worker")
+        )
         seed_people(url, args.people)
         copy_seconds, _ = baseline_copy(url, args.people)
         env = {
@@ -102,9 +111,16 @@ def main() -> None:
             "HERALD_LOG_LEVEL": "WARNING",
         }
         herald = str(Path(sys.executable).with_name("herald"))
-        for role in ("scheduler", "worker"):
+        commands = {"scheduler": ["scheduler"], "worker": ["worker"]}
+        if args.split:
+            commands = {
+                "scheduler": ["scheduler"],
+                "worker": ["worker", "--no-channels"],
+                "senders": ["worker", "--no-fanout"],
+            }
+        for role, command in commands.items():
             processes[role] = subprocess.Popen(
-                [herald, role], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                [herald, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
         public_id = insert_broadcast(url)
         peaks = {role: 0.0 for role in processes}
@@ -144,7 +160,9 @@ def main() -> None:
         third = max(len(worker_rss) // 3, 1)
         print(
             f"memory     peak RSS: scheduler {peaks['scheduler']:.1f} MiB, "
-            f"worker {peaks['worker']:.1f} MiB; worker max in first / last third "
+            f"worker {peaks['worker']:.1f} MiB"
+            + (f", senders {peaks['senders']:.1f} MiB" if "senders" in peaks else "")
+            + "; worker max in first / last third "
             f"{max(worker_rss[:third]):.1f} / {max(worker_rss[-third:]):.1f} MiB"
         )
     finally:

@@ -224,15 +224,34 @@ def worker(
         str | None,
         typer.Option(help="Work for this tenant only (sharding workers by tenant); default: all."),
     ] = None,
+    fanout: Annotated[
+        bool,
+        typer.Option(
+            "--fanout/--no-fanout",
+            help="Fan events out (--no-fanout: a process for the channel senders only).",
+        ),
+    ] = True,
+    channels: Annotated[
+        bool,
+        typer.Option(
+            "--channels/--no-channels",
+            help="Send deliveries (--no-channels: a fan-out process whose event loop no "
+            "sender shares, so a big broadcast's sends do not slow its own fan-out).",
+        ),
+    ] = True,
 ) -> None:
     """Run the background worker until SIGINT/SIGTERM, then drain and exit."""
+    if not fanout and not channels:
+        raise typer.BadParameter("--no-fanout and --no-channels together leave nothing to run")
     settings = _settings()
     _configure_logging(settings, "worker")
     with _metrics_endpoint(settings):
-        _run(_work(settings, tenant))
+        _run(_work(settings, tenant, fanout=fanout, channels=channels))
 
 
-async def _work(settings: Settings, tenant: str | None = None) -> None:
+async def _work(
+    settings: Settings, tenant: str | None = None, *, fanout: bool = True, channels: bool = True
+) -> None:
     from herald.db.engine import make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
@@ -244,7 +263,15 @@ async def _work(settings: Settings, tenant: str | None = None) -> None:
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):
-            await run_worker(settings, engine, registry, stop, tenant_id=tenant)
+            await run_worker(
+                settings,
+                engine,
+                registry,
+                stop,
+                tenant_id=tenant,
+                fanout=fanout,
+                channels=channels,
+            )
     finally:
         # R-OPS-12: the pool is closed before the process exits.
         await engine.dispose()

@@ -448,6 +448,52 @@ async def test_worker_publishes_after_commit(
     assert not hasattr(published[0], "title") and not hasattr(published[0], "body")
 
 
+async def test_a_worker_without_fanout_sends_and_leaves_events_to_the_fanout_process(
+    engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    """`herald worker --no-fanout` (the senders' process beside a `--no-channels` one): it works
+    the delivery queue — the first event's queued emails are taken — while a due event stays
+    unclaimed, with no recipients, for the fan-out process."""
+    await school(engine, tenant, students=2)
+    first = await send_event(engine, tenant)
+    assert await run_to_completion(engine, tenant) == 1
+    second = await send_event(engine, tenant, variables={**ANNOUNCE, "title": "Another notice"})
+    assert second != first
+
+    async def queued() -> int:
+        rows = await deliveries(engine, first)
+        return sum(1 for r in rows if r["channel"] == "email" and r["status"] == "queued")
+
+    assert await queued() == 2
+    stop = asyncio.Event()
+    worker = asyncio.create_task(
+        run_worker(
+            settings,
+            engine,
+            SAMPLE_REGISTRY,
+            stop,
+            tenant_id=tenant,
+            fanout=False,
+            maintenance=False,
+        )
+    )
+    try:
+        for _ in range(400):
+            if await queued() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await queued() == 0
+        running = {t.get_name() for t in asyncio.all_tasks()}
+        assert "herald-email-0" in running
+        assert not running & {"herald-fanout", "herald-presence"}
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, timeout=20)
+    assert await deliveries(engine, second) == []
+    row = await event(engine, second)
+    assert row["fanout_attempts"] == 0 and row["fanout_completed_at"] is None
+
+
 async def test_a_fanout_that_keeps_failing_is_given_up_not_retried_forever(
     engine: AsyncEngine, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

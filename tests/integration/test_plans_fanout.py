@@ -32,7 +32,7 @@ from sqlalchemy.dialects import postgresql
 
 from herald.audience import service as audience
 from herald.db.engine import libpq_url
-from herald.fanout import pagewrite
+from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import SQL
 from herald.kinds.sample import SAMPLE_REGISTRY
 
@@ -75,6 +75,24 @@ def _scans(plan: Any) -> set[tuple[str, str]]:
         for item in plan:
             found |= _scans(item)
     return found
+
+
+def _nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(plan, dict):
+        yield plan
+        for value in plan.values():
+            yield from _nodes(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from _nodes(item)
+
+
+def _index_conds(plan: Any, relation: str) -> list[str]:
+    return [
+        str(node["Index Cond"])
+        for node in _nodes(plan)
+        if node.get("Relation Name") == relation and "Index Cond" in node
+    ]
 
 
 @pytest.fixture
@@ -152,8 +170,11 @@ def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
     values = compiled.construct_params({"fanout_after": 0, **pagewrite.wording_params(wording)})
     plan = generic_plan(conn, sql, values)
     used = _indexes(plan)
+    # The page's walk starts at the cursor: an index condition on one of person's id-ordered
+    # indexes, never a filter (test_page_under_row_level_security_starts_at_the_cursor).
+    walks = [c for c in _index_conds(plan, "person") if re.search(r"\bid > |>= ROW\(", c)]
+    assert walks, json.dumps(plan, indent=1)[:3000]
     for index in (
-        "person_live_keyset_idx",
         "notification_preference_pkey",
         "notification_channel_preference_pkey",
         "notification_push_token_person_idx",
@@ -162,3 +183,43 @@ def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
     assert not {t for t in _scans(plan) if t[0] == "Seq Scan"}, _scans(plan)
     arbiter = json.dumps(plan)
     assert "notification_recipient_event_user_key" in arbiter
+
+
+def test_page_under_row_level_security_starts_at_the_cursor(database_url: str) -> None:
+    """The fan-out reads its pages as herald_app, under the tenant policy, custom-planned. The
+    policy's `tenant_id = current_setting(…)` makes the tenant a planner constant, so the primary
+    key also delivers the page's order; the cursor must then still be an index condition. It was
+    a filter: a late page of 3,000 people walked the tenant's people from the first, discarding
+    each one before the cursor (the fan-out grew quadratically with the audience). One tenant in
+    the table, as in the benches: beside other tenants' rows the planner chose the keyset index."""
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        for tenant, people in (("t", 3000),):
+            with connection.cursor().copy(
+                "COPY person (tenant_id, external_id, full_name, locale) FROM STDIN"
+            ) as copy:
+                for i in range(people):
+                    copy.write_row((tenant, f"{tenant}{i}", f"Person {i}", "en"))
+        connection.execute("ANALYZE person")
+        row = connection.execute(
+            "SELECT id FROM person WHERE tenant_id = 't' ORDER BY id OFFSET 2499 LIMIT 1"
+        ).fetchone()
+        assert row is not None
+        cursor = int(row[0])
+        connection.execute("SELECT set_config('role', 'herald_app', true)")
+        connection.execute("SELECT set_config('herald.tenant_id', 't', true)")
+        connection.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        page = audience.page_statement("t", {"kind": "all_users"}, cursor, 100)
+        compiled = page.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[attr-defined]
+        explained = psycopg.ClientCursor(connection).execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}",  # type: ignore[arg-type]
+            compiled.params,
+        )
+        found = explained.fetchone()
+        assert found is not None
+        plan = found[0] if not isinstance(found[0], str) else json.loads(found[0])
+        people = [n for n in _nodes(plan) if n.get("Relation Name") == "person"]
+        assert people, plan
+        discarded = sum(int(n.get("Rows Removed by Filter", 0)) for n in people)
+        assert discarded < 100, json.dumps(plan, indent=1)[:3000]
+        assert plan[0]["Plan"]["Actual Rows"] == 100
+        connection.rollback()

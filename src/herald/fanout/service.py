@@ -23,10 +23,10 @@ from typing import Any
 from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.audience import queries as audience_queries
 from herald.audience import service as audience
 from herald.db import tenancy
-from herald.fanout import pagewrite, queries
+from herald.fanout import queries
+from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import ClaimedEvent, DeliveryRows
 from herald.kinds import Kind, Registry
 from herald.preferences import service as preferences
@@ -93,7 +93,9 @@ async def fan_out_batch(
 ) -> BatchOutcome:
     """Write one page of the event's fan-out, as the event's tenant. Never commits; the caller
     owns the transaction."""
-    await tenancy.enter_tenant(conn, event.tenant_id)
+    # The page's plan depends on the tenant and the cursor (herald.audience.queries): planned
+    # custom every batch, set in the tenant's round trip.
+    await tenancy.enter_tenant(conn, event.tenant_id, custom_plans=True)
     cursor = await queries.lock_claimed_event(conn, event.id, token)
     if cursor is None:
         return BatchOutcome(lost_claim=True)
@@ -163,8 +165,6 @@ async def _write_page_set(
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
         wording = pagewrite.in_app_wording(kind, event.variables, await _overrides(conn, event))
     statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
-    # The page's plan depends on the tenant and the cursor (herald.audience.queries).
-    await audience_queries.plan_custom(conn)
     row = (
         await conn.execute(statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)})
     ).one()
@@ -183,8 +183,7 @@ async def _write_page_set(
                 audience_role_id=role_id,
             )
         )
-    if row.queued:
-        await queries.wake_delivery_workers(conn)
+    # row.woke: the statement itself woke the delivery workers if it queued anything.
     return int(row.page_size), (None if row.last_person is None else int(row.last_person))
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.fanout import service
 from herald.fanout.queries import ClaimedEvent
@@ -71,64 +72,94 @@ async def _fan_out(
     stop: asyncio.Event | None,
 ) -> bool:
     log.info("fanning out event %s (%s)", event.public_id, event.kind)
-    backoff = outages.Backoff()
-    while True:
-        if stop is not None and stop.is_set():
-            async with engine.begin() as conn:
-                await service.release_claim(conn, event, token)
-            log.info("drain: released event %s at its cursor", event.public_id)
-            return True
-        started = time.monotonic()
-        try:
-            with tracing.span("fanout.batch") as batch_span:
+    held = _HeldConnection(engine)
+    try:
+        backoff = outages.Backoff()
+        while True:
+            if stop is not None and stop.is_set():
                 async with engine.begin() as conn:
-                    outcome = await service.fan_out_batch(
-                        conn, event, token, registry=registry, batch_size=batch_size
-                    )
-                tracing.set_attributes(
-                    batch_span,
-                    **{
-                        "herald.recipients_written": outcome.recipients_written,
-                        "herald.deliveries_written": outcome.deliveries_written,
-                    },
-                )
-        except Exception as exc:
-            dependency = outages.unavailable(exc)
-            if dependency is not None:
-                # An outage is not the event's fault: keep the claim, wait, and redo the batch
-                # (idempotent: the cursor and ON CONFLICT make a committed-but-unanswered batch a
-                # no-op). It counts against no attempt budget.
-                outages.state(dependency).failed(exc)
-                await outages.sleep_or_stop(backoff.next_delay(), stop)
-                continue
-            if event.fanout_attempts >= MAX_FANOUT_ATTEMPTS:
-                # The last allowed attempt: stop and say so, instead of retrying forever.
-                async with engine.begin() as conn:
-                    await service.give_up(
-                        conn, event, token, f"FANOUT_FAILED ({type(exc).__name__})"
-                    )
-                log.error(
-                    "event %s: fan-out failed %d times; marked failed and dead-lettered",
-                    event.public_id,
-                    event.fanout_attempts,
-                )
-            raise
-        backoff.reset()
-        outages.state(outages.DATABASE).succeeded(started)
-        metrics.FANOUT_ROWS.labels("recipient").inc(outcome.recipients_written)
-        metrics.FANOUT_ROWS.labels("delivery").inc(outcome.deliveries_written)
-        # After commit, never inside the batch: a rolled-back batch tells nobody (R-REALTIME-5).
-        if publish is not None and outcome.in_app:
+                    await service.release_claim(conn, event, token)
+                log.info("drain: released event %s at its cursor", event.public_id)
+                return True
+            started = time.monotonic()
             try:
-                await publish(outcome.in_app)
-            except Exception:  # the publisher must never fail the fan-out (R-REALTIME-6)
-                log.exception("realtime publish failed; the inbox is still correct on refresh")
-        if outcome.lost_claim:
-            log.warning("event %s: claim lost to another worker; stopping", event.public_id)
-            return True
-        if outcome.completed:
-            log.info("event %s complete: %s recipients", event.public_id, outcome.recipient_count)
-            return True
+                with tracing.span("fanout.batch") as batch_span:
+                    conn = await held.get()
+                    async with conn.begin():
+                        outcome = await service.fan_out_batch(
+                            conn, event, token, registry=registry, batch_size=batch_size
+                        )
+                    tracing.set_attributes(
+                        batch_span,
+                        **{
+                            "herald.recipients_written": outcome.recipients_written,
+                            "herald.deliveries_written": outcome.deliveries_written,
+                        },
+                    )
+            except Exception as exc:
+                await held.drop()
+                dependency = outages.unavailable(exc)
+                if dependency is not None:
+                    # An outage is not the event's fault: keep the claim, wait, and redo the batch
+                    # (idempotent: the cursor and ON CONFLICT make a committed-but-unanswered batch a
+                    # no-op). It counts against no attempt budget.
+                    outages.state(dependency).failed(exc)
+                    await outages.sleep_or_stop(backoff.next_delay(), stop)
+                    continue
+                if event.fanout_attempts >= MAX_FANOUT_ATTEMPTS:
+                    # The last allowed attempt: stop and say so, instead of retrying forever.
+                    async with engine.begin() as conn:
+                        await service.give_up(
+                            conn, event, token, f"FANOUT_FAILED ({type(exc).__name__})"
+                        )
+                    log.error(
+                        "event %s: fan-out failed %d times; marked failed and dead-lettered",
+                        event.public_id,
+                        event.fanout_attempts,
+                    )
+                raise
+            backoff.reset()
+            outages.state(outages.DATABASE).succeeded(started)
+            metrics.FANOUT_ROWS.labels("recipient").inc(outcome.recipients_written)
+            metrics.FANOUT_ROWS.labels("delivery").inc(outcome.deliveries_written)
+            # After commit, never inside the batch: a rolled-back batch tells nobody (R-REALTIME-5).
+            if publish is not None and outcome.in_app:
+                try:
+                    await publish(outcome.in_app)
+                except Exception:  # the publisher must never fail the fan-out (R-REALTIME-6)
+                    log.exception("realtime publish failed; the inbox is still correct on refresh")
+            if outcome.lost_claim:
+                log.warning("event %s: claim lost to another worker; stopping", event.public_id)
+                return True
+            if outcome.completed:
+                log.info(
+                    "event %s complete: %s recipients", event.public_id, outcome.recipient_count
+                )
+                return True
+    finally:
+        await held.drop()
+
+
+class _HeldConnection:
+    """One connection for a whole event's batches, not a pool checkout per batch: a checkout
+    costs a pre-ping round trip, and inside a busy `herald worker` every round trip waits its turn
+    on the event loop (docs/scaling-fanout.md). Dropped on any failure; the next batch takes a
+    fresh, pinged one."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: AsyncConnection | None = None
+
+    async def get(self) -> AsyncConnection:
+        if self._conn is None:
+            self._conn = await self._engine.connect()
+        return self._conn
+
+    async def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
 
 async def _claim(

@@ -417,9 +417,8 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses "
-            "in %d statements (slowest %.3f s)",
-            "%d broadcasts, %d follow-ups, %d console sessions in %d statements (slowest %.3f s)",
+            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
+            "%d console sessions in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -430,8 +429,9 @@ def log_report(report: RetentionReport) -> None:
             report.reminder_runs,
             report.broadcasts,
             report.followups,
-            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
-            "%d console sessions in %d statements (slowest %.3f s)",
+            report.webhook_messages,
+            report.undeliverable_addresses,
+            report.console_sessions,
             report.statements,
             report.slowest_statement_seconds,
         )

@@ -15,12 +15,14 @@ Redaction runs last before rendering, on the message, the formatted traceback an
   rendered message (`mark_sensitive`);
 - patterns cut out what no code path should log but a careless one might: email addresses, phone
   numbers, JWTs, `Bearer …`, `key=value` pairs named like secrets, and long opaque tokens (a run
-  of 20+ URL-safe characters with a digit in it, UUIDs excepted).
+  of 20+ URL-safe characters with a digit in it or the case flips of random text, UUIDs
+  excepted).
 """
 
 from __future__ import annotations
 
 import contextvars
+import itertools
 import logging
 import re
 import sys
@@ -120,13 +122,28 @@ def redact_text(text: str) -> str:
     return _PHONE.sub("[phone]", text)
 
 
+def _looks_random(run: str) -> bool:
+    """A random URL-safe token of this length almost always carries a digit; one that happens not
+    to (about 1 in 1,500 for 32 random bytes) still flips between upper and lower case at every
+    other letter, where a word or an identifier (snake_case, CamelCase) flips only at its word
+    boundaries."""
+    if any(c.isdigit() for c in run):
+        return True
+    flips = sum(
+        1
+        for a, b in itertools.pairwise(run)
+        if a.isalpha() and b.isalpha() and a.isupper() != b.isupper()
+    )
+    return flips * 4 >= len(run)
+
+
 def _opaque(match: re.Match[str]) -> str:
     run = match.group(0)
-    if not any(c.isdigit() for c in run):
-        return run  # a word, an identifier: random tokens of this length carry digits
+    if not _looks_random(run):
+        return run  # a word, an identifier
     # UUIDs (event, delivery and recipient ids) are what an operator searches by: keep them.
     kept = _UUID.sub(lambda m: "\0" * len(m.group(0)), run)
-    if all(part == "" or not any(c.isdigit() for c in part) for part in kept.split("\0")):
+    if all(part == "" or not _looks_random(part) for part in kept.split("\0")):
         return run
     return REDACTED
 

@@ -57,9 +57,13 @@ async def run_worker(
     vault: Vault | None = None,
     channels: bool = True,
     maintenance: bool = True,
+    fanout: bool = True,
 ) -> None:
     """Run until `stop` is set. `tenant_id` restricts fan-out and sends to one tenant (tests,
-    sharding); `channels=False` / `maintenance=False` run a narrower worker."""
+    sharding); `channels=False` / `maintenance=False` / `fanout=False` run a narrower worker.
+    Fan-out and the senders in one process share one event loop and one core's worth of
+    Python: a big broadcast's sends then slow its own fan-out (docs/scaling-fanout.md), and
+    `herald worker --no-channels` beside `herald worker --no-fanout` separates them."""
     own_providers = providers is None
     providers = dict(providers) if providers is not None else build_providers(settings)
     check_providers(settings, providers)
@@ -89,14 +93,15 @@ async def run_worker(
             holder=here.holder,
         )
 
-    tasks = [
-        asyncio.create_task(here.run(stop), name="herald-presence"),
-        asyncio.create_task(_listen(url, wakes, stop), name="herald-listen"),
-        asyncio.create_task(
-            _loop("fan-out", fanout_once, wakes[FANOUT_CHANNEL], stop, settings),
-            name="herald-fanout",
-        ),
-    ]
+    tasks = [asyncio.create_task(_listen(url, wakes, stop), name="herald-listen")]
+    if fanout:
+        tasks += [
+            asyncio.create_task(here.run(stop), name="herald-presence"),
+            asyncio.create_task(
+                _loop("fan-out", fanout_once, wakes[FANOUT_CHANNEL], stop, settings),
+                name="herald-fanout",
+            ),
+        ]
     if channels:
         for channel, provider in sorted(providers.items()):
             gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
@@ -148,9 +153,17 @@ async def run_worker(
             )
         )
     log.info(
-        "worker started: fan-out%s%s",
-        ", channels" if channels else "",
-        ", maintenance" if maintenance else "",
+        "worker started: %s",
+        ", ".join(
+            name
+            for name, on in (
+                ("fan-out", fanout),
+                ("channels", channels),
+                ("maintenance", maintenance),
+            )
+            if on
+        )
+        or "nothing",
     )
     try:
         await stop.wait()

@@ -59,6 +59,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.sql.expression import CTE
 
 from herald.db import schema as s
+from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.kinds import Kind
 from herald.kinds.registry import Template
 from herald.preferences.service import category_default
@@ -210,16 +211,18 @@ def statement(
         .where(ins_d.c.channel == "in_app", ins_d.c.status == "delivered")
         .subquery("shown")
     )
+    queued = (
+        select(func.count()).select_from(ins_d).where(ins_d.c.status == "queued").scalar_subquery()
+    )
     return select(
         select(func.count()).select_from(pg).scalar_subquery().label("page_size"),
         select(func.max(pg.c.id)).scalar_subquery().label("last_person"),
         select(func.count()).select_from(ins_r).scalar_subquery().label("recipients"),
         select(func.count()).select_from(ins_d).scalar_subquery().label("deliveries"),
-        select(func.count())
-        .select_from(ins_d)
-        .where(ins_d.c.status == "queued")
-        .scalar_subquery()
-        .label("queued"),
+        queued.label("queued"),
+        # The delivery workers' wake-up, in this statement rather than a round trip of its own;
+        # like any NOTIFY it is delivered only if the batch commits.
+        case((queued > 0, func.pg_notify(DELIVERY_CHANNEL, ""))).label("woke"),
         select(func.array_agg(shown.c.user_id)).scalar_subquery().label("shown_people"),
         select(func.array_agg(shown.c.public_id)).scalar_subquery().label("shown_recipients"),
         select(func.array_agg(shown.c.audience_role_id)).scalar_subquery().label("shown_roles"),
