@@ -498,6 +498,13 @@ async def test_http_errors(client: AsyncClient, engine: AsyncEngine, tenant: str
     malformed = await client.post("/v1/events", json={**body, "surprise": 1}, headers=headers)
     assert malformed.status_code == 422
     assert malformed.json()["error"]["code"] == "REQUEST_MALFORMED"
+    # A moment is an ISO 8601 string, as published; never a number read as seconds since 1970.
+    for moment in (0, 1767225600, True):
+        numeric = await client.post(
+            "/v1/events", json={**body, "scheduledFor": moment}, headers=headers
+        )
+        assert numeric.status_code == 422, (moment, numeric.text)
+        assert numeric.json()["error"]["code"] == "REQUEST_MALFORMED"
     assert await count_events(engine, tenant) == 0
 
 

@@ -280,7 +280,22 @@ def event_schema(base: dict[str, Any], registry: Registry) -> dict[str, Any]:
                 "additionalProperties": False,
             }
         )
-    return {"title": "EventCreate", "oneOf": variants}
+    # One example per registry: its first kind without a secret, with the kind's sample values.
+    plain = [kind for kind in sorted(registry, key=lambda k: k.name) if not kind.secret_variables]
+    examples = [
+        {
+            "kind": kind.name,
+            "audience": {"kind": "users", "userIds": ["asha-rai"]},
+            "variables": dict(kind.variables),
+            "actionUrl": "https://school.example.com/notices/42",
+        }
+        for kind in plain[:1]
+    ]
+    return {
+        "title": "EventCreate",
+        "oneOf": variants,
+        **({"examples": examples} if examples else {}),
+    }
 
 
 def leaf_routes(app: FastAPI) -> Iterator[Any]:

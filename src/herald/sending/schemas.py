@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+
+def _moment_text(value: Any) -> Any:
+    """A moment travels as an ISO 8601 string with its offset, as the schema says; pydantic's lax
+    mode would also read a number as seconds since 1970 (`scheduledFor: 0`), which no client
+    means."""
+    if value is None or isinstance(value, str | datetime):
+        return value
+    raise ValueError("an ISO 8601 date-time string with its offset is required")
+
+
+# An aware date-time given as text (never a number of seconds).
+Moment = Annotated[AwareDatetime, BeforeValidator(_moment_text)]
 
 
 class _Model(BaseModel):
@@ -20,7 +33,7 @@ class EventCreate(_Model):
     channels: list[str] | None = Field(default=None, max_length=10)
     variables: dict[str, Any] = Field(default_factory=dict)
     action_url: str | None = Field(default=None, max_length=2048)
-    scheduled_for: AwareDatetime | None = None
+    scheduled_for: Moment | None = None
 
 
 class EventCreated(_Model):

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from herald.sending.schemas import Moment
 from herald.vocabulary import BroadcastState
 
 # One line of text, no control characters (NUL included, which text cannot store).
@@ -34,7 +35,7 @@ class BroadcastInput(_Model):
     variables: dict[str, Any] = Field(default_factory=dict)
     channels: list[str] | None = Field(default=None, max_length=10)
     audience: dict[str, Any]
-    scheduled_for: AwareDatetime | None = None
+    scheduled_for: Moment | None = None
 
 
 class BroadcastUpdate(BroadcastInput):
