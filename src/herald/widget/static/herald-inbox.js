@@ -148,6 +148,8 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
   const FIRST_DELAY = 1000;
   const MAX_DELAY = 30000;
   const CAP = 99;
+  // How many times a call refused with 429 or 503 is made again (after Retry-After) before it fails.
+  const RETRIES_WHEN_BUSY = 3;
 
   class HttpError extends Error {
     constructor(status, code, message) {
@@ -472,15 +474,26 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
 
     /** One call to Herald; on a 401, a fresh token from the host and one more try. */
     async _api(path, { method = 'GET', body } = {}) {
-      for (let attempt = 0; ; attempt++) {
-        const token = await this._getToken(attempt > 0);
+      // A 401 asks the host for a fresh token once. A 429 (the person's rate limit) or a 503
+      // (a dependency down) was refused without effect, so the call is made again after the
+      // server's Retry-After (capped), a few times, before the caller hears of it.
+      let refreshed = false;
+      for (let waits = 0; ; ) {
+        const token = await this._getToken(refreshed);
         const headers = { Accept: 'application/json', Authorization: `Bearer ${token}` };
         if (body !== undefined) headers['Content-Type'] = 'application/json';
         const response = await fetch(this._base + path, {
           method, headers, cache: 'no-store', credentials: 'omit',
           body: body === undefined ? undefined : JSON.stringify(body),
         });
-        if (response.status === 401 && attempt === 0) continue;
+        if (response.status === 401 && !refreshed) { refreshed = true; continue; }
+        if ((response.status === 429 || response.status === 503) && waits < RETRIES_WHEN_BUSY) {
+          waits += 1;
+          const seconds = Number(response.headers.get('Retry-After'));
+          const delay = Math.min(Number.isFinite(seconds) && seconds > 0 ? seconds : 1, 10);
+          await new Promise((resolve) => setTimeout(resolve, delay * 1000));
+          continue;
+        }
         const text = await response.text();
         let data = null;
         try { data = text ? JSON.parse(text) : null; } catch { data = null; }
