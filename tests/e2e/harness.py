@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -132,9 +132,15 @@ class HeraldProcess:
 
 
 def wait_for_inbox(
-    base_url: str, token: str, *, at_least: int = 1, timeout: float = START_TIMEOUT
+    base_url: str,
+    token: str,
+    *,
+    at_least: int = 1,
+    until: Callable[[list[dict[str, object]]], bool] | None = None,
+    timeout: float = START_TIMEOUT,
 ) -> list[dict[str, object]]:
-    """Poll the end user's inbox until it holds `at_least` items (fan-out runs in a worker)."""
+    """Poll the end user's inbox until it holds `at_least` items and, if given, `until` holds of
+    them (fan-out runs in a worker; the inbox may already hold what other tests sent)."""
     deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {token}"}
     last: httpx.Response | None = None
@@ -142,7 +148,7 @@ def wait_for_inbox(
         last = httpx.get(f"{base_url}/v1/me/notifications", headers=headers, timeout=10)
         assert last.status_code == 200, last.text
         items: list[dict[str, object]] = last.json()["items"]
-        if len(items) >= at_least:
+        if len(items) >= at_least and (until is None or until(items)):
             return items
         time.sleep(0.2)
     raise AssertionError(

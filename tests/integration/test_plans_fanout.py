@@ -174,12 +174,13 @@ def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
     # indexes, never a filter (test_page_under_row_level_security_starts_at_the_cursor).
     walks = [c for c in _index_conds(plan, "person") if re.search(r"\bid > |>= ROW\(", c)]
     assert walks, json.dumps(plan, indent=1)[:3000]
-    for index in (
-        "notification_preference_pkey",
-        "notification_channel_preference_pkey",
-        "notification_push_token_person_idx",
-    ):
+    for index in ("notification_preference_pkey", "notification_channel_preference_pkey"):
         assert index in used, (index, sorted(used))
+    # Either of push tokens' two partial indexes (both `WHERE is_active`, usable only because the
+    # constant is in the SQL text): which one depends on the table's statistics, which in a shared
+    # test database depend on what other tests wrote.
+    partial = {"notification_push_token_person_idx", "notification_push_token_active_token_key"}
+    assert partial & used, sorted(used)
     assert not {t for t in _scans(plan) if t[0] == "Seq Scan"}, _scans(plan)
     arbiter = json.dumps(plan)
     assert "notification_recipient_event_user_key" in arbiter
