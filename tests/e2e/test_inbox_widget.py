@@ -472,3 +472,43 @@ def test_an_origin_not_listed_is_refused(stack: Stack, host: tuple[str, Path], t
         page.goto(f"{origin}/index.html")
         _wait_live(page)
         assert page.evaluate(probe, stack.api_url) == "answered 401"
+
+
+def test_a_busy_answer_is_retried_after_its_retry_after(
+    stack: Stack, host: tuple[str, Path], tab: Tab
+) -> None:
+    """A call refused with 429 (the person's rate limit) changed nothing on the server, so the
+    element makes it again after the answer's Retry-After instead of failing its screen (CI once
+    saw a burst of preference saves refused this way)."""
+    origin, _ = host
+    page = tab.page
+    calls: list[str] = []
+
+    def busy_once(route: Any) -> None:
+        if route.request.method == "OPTIONS":
+            route.continue_()
+            return
+        calls.append(route.request.url)
+        if len(calls) > 1:
+            route.continue_()
+            return
+        route.fulfill(
+            status=429,
+            headers={
+                "Retry-After": "1",
+                "Access-Control-Allow-Origin": origin,
+                "Access-Control-Expose-Headers": "Retry-After",
+                "Content-Type": "application/json",
+            },
+            body='{"error":{"code":"RATE_LIMITED","message":"Too many requests."}}',
+        )
+
+    # (The host page hands out a stale first token on purpose: its 401s are expected too.)
+    with evidence(tab, "widget-busy", expected=("status of 429", "status of 401")):
+        # The preferences are read once when the element starts (nothing refetches them by
+        # itself): refused once, they appear only if the element asks again.
+        page.route("**/v1/me/preferences", busy_once)
+        page.goto(f"{origin}/index.html")
+        _wait_live(page)  # includes the preferences' version being shown
+        assert len(calls) == 2, calls
+        assert page.get_attribute("#prefs-status", "data-kind") != "error"
