@@ -201,13 +201,17 @@ def api(host: HostOption = "127.0.0.1", port: PortOption = 8000) -> None:
 
 async def _serve(settings: Settings, host: str, port: int) -> None:
     from herald.api.app import create_app
-    from herald.db.engine import make_async_engine
+    from herald.db.engine import API_PING_AFTER_IDLE_SECONDS, make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
     from herald.runtime.database import resolve_database_url
 
     registry = get_registry()
-    engine = make_async_engine(resolve_database_url(settings), pool_size=settings.db_pool_size)
+    engine = make_async_engine(
+        resolve_database_url(settings),
+        pool_size=settings.db_pool_size,
+        ping_after_idle=API_PING_AFTER_IDLE_SECONDS,
+    )
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):

@@ -125,9 +125,10 @@ async def find_actor(
     person was found (an unknown person is refused anyway, and its transaction rolled back).
     """
     params = {"tenant_id": tenant_id, "external_id": external_id, "role_code": role_code}
-    row: Any = (await _actor_lookup(enter_tenant).execute(conn, params)).first()
-    if row is None:
+    rows = await _actor_lookup(enter_tenant).rows(conn, params)
+    if not rows:
         return None
+    row = rows[0]
     return row[0], row[1], row[2], bool(row[3])
 
 

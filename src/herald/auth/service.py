@@ -6,7 +6,9 @@ import asyncio
 import functools
 import hashlib
 import secrets
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -178,10 +180,78 @@ def verify_token(settings: Settings, token: str, key: Any = None) -> dict[str, A
     return claims
 
 
+class VerifiedTokens:
+    """Tokens this process has verified lately, so that a client's next request with the same
+    token skips the signature check (its largest per-request cost after the database).
+
+    Only for the keys fixed by the settings (HERALD_JWT_SECRET, HERALD_JWT_PUBLIC_KEY); tokens
+    checked against a JWKS set are verified every time, so a retired key is refused at once. An
+    entry is kept at most `seconds` and never past the token's own expiry (with the configured
+    leeway), so a cached token is refused exactly when a fresh check would refuse it for its age.
+    Keyed by the token and every setting that decides verification, so two configurations in one
+    process never share an answer. Refusals are never cached. At most `size` tokens, least
+    recently used evicted first."""
+
+    def __init__(self, *, size: int = 10_000, seconds: float = 60.0) -> None:
+        self.size, self.seconds = size, seconds
+        self.clock = time.time
+        self._entries: OrderedDict[tuple[object, ...], tuple[float, dict[str, Any]]] = OrderedDict()
+
+    @staticmethod
+    def key(settings: Settings, token: str) -> tuple[object, ...]:
+        return (
+            token,
+            settings.jwt_secret,
+            settings.jwt_public_key,
+            settings.jwt_jwks_url,
+            settings.jwt_audience,
+            settings.jwt_issuer,
+            settings.jwt_leeway_seconds,
+        )
+
+    def get(self, key: tuple[object, ...]) -> dict[str, Any] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self.clock() >= entry[0]:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return dict(entry[1])
+
+    def put(self, key: tuple[object, ...], claims: dict[str, Any], leeway: float) -> None:
+        until = min(float(claims["exp"]) + leeway, self.clock() + self.seconds)
+        self._entries[key] = (until, dict(claims))
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+VERIFIED_TOKENS = VerifiedTokens()
+
+
 async def verify_token_async(settings: Settings, token: str) -> dict[str, Any]:
-    """verify_token, fetching the signing key from HERALD_JWT_JWKS_URL first when that is the
-    key source (PyJWKClient caches the set and refetches it once for an unknown `kid`, which is
-    how a rotated key is picked up)."""
+    """verify_token (answered from VERIFIED_TOKENS when this process verified the same token
+    lately and the key is fixed by the settings), fetching the signing key from HERALD_JWT_JWKS_URL first when that is the key source
+    (PyJWKClient caches the set and refetches it once for an unknown `kid`, which is how a
+    rotated key is picked up)."""
+    if settings.jwt_jwks_url:
+        # Not cached: a key the identity provider retires must refuse its tokens as soon as the
+        # refetched set lacks it.
+        return await _verify_token_async(settings, token)
+    key = VerifiedTokens.key(settings, token)
+    cached = VERIFIED_TOKENS.get(key)
+    if cached is not None:
+        return cached
+    claims = await _verify_token_async(settings, token)
+    VERIFIED_TOKENS.put(key, claims, settings.jwt_leeway_seconds)
+    return claims
+
+
+async def _verify_token_async(settings: Settings, token: str) -> dict[str, Any]:
     if not settings.jwt_jwks_url:
         return verify_token(settings, token)
     client = _jwks_client(

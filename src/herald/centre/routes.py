@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from herald.auth.deps import (
+    JSON,
     ActorClaimsDep,
     Cursor,
     Limit,
@@ -46,8 +47,8 @@ async def list_notifications(
         limit=limit, cursor=cursor, unread_only=unread_only, pagination=pagination
     )
     async with actor_transaction(request, claims) as (conn, actor):
-        page = await service.list_notifications(conn, actor, params)
-    return json_response(page)
+        page, next_cursor = await service.list_notifications(conn, actor, params)
+    return Response(service.page_json(page, next_cursor), media_type=JSON)
 
 
 @router.get("/unread-count", response_model=UnreadCount)
