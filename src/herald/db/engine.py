@@ -135,7 +135,7 @@ def with_database(url: str, database: str) -> str:
 def make_async_engine(
     url: str, *, pool_size: int = 10, ping_after_idle: float | None = None
 ) -> AsyncEngine:
-    """A pooled engine of at most 2 × pool_size connections.
+    """A pooled engine of at most 2 × pool_size connections (HERALD_DB_POOL_SIZE), kept open.
 
     Every connection is checked at checkout (`SELECT 1`), so one left over from before a failover
     or a restart is noticed there and replaced by a new one, which libpq makes to whichever host
@@ -146,8 +146,12 @@ def make_async_engine(
     """
     engine = create_async_engine(
         sqlalchemy_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
+        # The bound is 2 × pool_size, as pool_size + as many overflow connections would be, but a
+        # connection once opened is kept: overflow ones were closed on return, so a process
+        # busier than pool_size opened (and PostgreSQL forked) a connection for some requests.
+        # The pool still opens connections only when they are needed.
+        pool_size=2 * pool_size,
+        max_overflow=0,
         pool_pre_ping=ping_after_idle is None,
     )
     if ping_after_idle is not None:

@@ -51,6 +51,7 @@ def freeze_startup_objects() -> None:
     out of the collector's reach, so that a full collection walks only what requests made since."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(10_000, 20, 10)
 
 
 async def serve_api(
