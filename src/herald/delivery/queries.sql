@@ -1,3 +1,31 @@
+-- fragment: ended_outbox
+-- The outbox of a statement whose CTE `ended` returns (id, public_id, tenant_id, channel, status,
+-- attempts, last_error, event_id) of deliveries it just ended: delivery.sent / delivery.dead to
+-- the host's subscribed webhook endpoints (herald.webhooks; nothing for a tenant without one) and
+-- a dead row's dead letter, in the same statement. record_outcomes and reclaim_expired_leases.
+hooks AS (
+    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
+    SELECT ended.tenant_id, w.id, 'delivery.' || ended.status,
+           jsonb_build_object(
+               'type', 'delivery.' || ended.status,
+               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'data', jsonb_strip_nulls(jsonb_build_object(
+                   'deliveryId', ended.public_id, 'eventId', e.public_id, 'kind', e.kind,
+                   'channel', ended.channel, 'status', ended.status, 'attempts', ended.attempts,
+                   'errorCode', split_part(ended.last_error, ' ', 1))))
+      FROM ended
+      JOIN webhook_endpoint w ON w.tenant_id = ended.tenant_id AND w.enabled
+                             AND ('delivery.' || ended.status) = ANY(w.event_types)
+      JOIN notification_event e ON e.id = ended.event_id
+     WHERE ended.status IN ('sent', 'dead')
+), letters AS (
+    INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
+    SELECT ended.tenant_id, 'notification.' || ended.channel, 'channel_send', ended.public_id::text,
+           jsonb_build_object('notificationDeliveryPublicId', ended.public_id::text, 'channel', ended.channel),
+           ended.attempts, ended.last_error
+      FROM ended
+     WHERE ended.status = 'dead'
+
 -- name: claim_due_deliveries
 -- Claim due, queued rows of one channel (R-STATE-1, R-STATE-8, R-STATE-16): one conditional UPDATE
 -- that flips queued → processing and stamps the claim and its lease together (R-STATE-6).
@@ -98,7 +126,7 @@ WITH u AS (
                   CAST(:outcomes AS text[]))
            AS u(id, claimed_at, status, attempt_inc, failure_inc, delay, error, message_id, hint,
                 title, body, hash, template_version, called, provider_status, outcome)
-), done AS (
+), ended AS (
     UPDATE notification_delivery d
        SET status = u.status,
            claimed_at = NULL,
@@ -125,39 +153,16 @@ WITH u AS (
        AND d.status = 'processing' AND d.claimed_at = u.claimed_at
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
               d.event_id
-), hooks AS (
-    -- delivery.sent / delivery.dead to the host's subscribed webhook endpoints, in this same
-    -- statement (the outbox; herald.webhooks): nothing is inserted for a tenant without one.
-    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
-    SELECT done.tenant_id, w.id, 'delivery.' || done.status,
-           jsonb_build_object(
-               'type', 'delivery.' || done.status,
-               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'data', jsonb_strip_nulls(jsonb_build_object(
-                   'deliveryId', done.public_id, 'eventId', e.public_id, 'kind', e.kind,
-                   'channel', done.channel, 'status', done.status, 'attempts', done.attempts,
-                   'errorCode', split_part(done.last_error, ' ', 1))))
-      FROM done
-      JOIN webhook_endpoint w ON w.tenant_id = done.tenant_id AND w.enabled
-                             AND ('delivery.' || done.status) = ANY(w.event_types)
-      JOIN notification_event e ON e.id = done.event_id
-     WHERE done.status IN ('sent', 'dead')
-), letters AS (
-    INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
-    SELECT done.tenant_id, 'notification.' || done.channel, 'channel_send', done.public_id::text,
-           jsonb_build_object('notificationDeliveryPublicId', done.public_id::text, 'channel', done.channel),
-           done.attempts, done.last_error
-      FROM done
-     WHERE done.status = 'dead'
+), {{ended_outbox}}
 ), evidence AS (
     INSERT INTO notification_delivery_attempt
            (tenant_id, delivery_id, outcome, attempt_number, provider_status, retry_delay_seconds,
             error_code, provider_message_id)
-    SELECT done.tenant_id, done.id, u.outcome, done.attempts, u.provider_status, u.delay, u.error, u.message_id
-      FROM done JOIN u ON u.id = done.id
+    SELECT ended.tenant_id, ended.id, u.outcome, ended.attempts, u.provider_status, u.delay, u.error, u.message_id
+      FROM ended JOIN u ON u.id = ended.id
      WHERE u.called
 )
-SELECT id FROM done;
+SELECT id FROM ended;
 
 -- name: requeue_due_failures
 -- Reaper sweep 2: a failed row whose backoff has elapsed goes back to queued, clearing failed_at
@@ -179,7 +184,7 @@ RETURNING d.channel;
 -- (R-REAPER-1). Every reclaim counts an attempt (R-REAPER-2) and a lease expiry, separately from
 -- provider failures (R-REAPER-3, R-OBS-5); a reclaim that reaches the maximum ends the row as dead
 -- with its dead letter instead of queueing it again (R-REAPER-4).
-WITH expired AS (
+WITH ended AS (
     UPDATE notification_delivery d
        SET status = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'dead' ELSE 'queued' END,
            attempts = d.attempts + 1,
@@ -199,31 +204,9 @@ WITH expired AS (
                FOR UPDATE SKIP LOCKED))
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
               d.event_id
-), hooks AS (
-    -- delivery.dead to the host's subscribed webhook endpoints (herald.webhooks).
-    INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
-    SELECT expired.tenant_id, w.id, 'delivery.' || expired.status,
-           jsonb_build_object(
-               'type', 'delivery.' || expired.status,
-               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'data', jsonb_strip_nulls(jsonb_build_object(
-                   'deliveryId', expired.public_id, 'eventId', e.public_id, 'kind', e.kind,
-                   'channel', expired.channel, 'status', expired.status, 'attempts', expired.attempts,
-                   'errorCode', split_part(expired.last_error, ' ', 1))))
-      FROM expired
-      JOIN webhook_endpoint w ON w.tenant_id = expired.tenant_id AND w.enabled
-                             AND ('delivery.' || expired.status) = ANY(w.event_types)
-      JOIN notification_event e ON e.id = expired.event_id
-     WHERE expired.status IN ('sent', 'dead')
-), letters AS (
-    INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
-    SELECT tenant_id, 'notification.' || channel, 'channel_send', public_id::text,
-           jsonb_build_object('notificationDeliveryPublicId', public_id::text, 'channel', channel),
-           attempts, last_error
-      FROM expired
-     WHERE status = 'dead'
+), {{ended_outbox}}
 )
-SELECT id, status, channel FROM expired;
+SELECT id, status, channel FROM ended;
 
 -- name: backfill_unconfigured
 -- Re-drive skipped_unconfigured rows of channels configured now (R-BACKFILL-1..3) and younger than

@@ -191,196 +191,109 @@ async def _prune_table(
     return report
 
 
-async def prune_push_tokens(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Push tokens invalidated more than push_token_retention_days ago (R-RETENTION-10)."""
-    return await _prune_table(
-        engine,
-        settings,
-        "push_tokens",
-        queries.delete_invalidated_push_tokens,
-        settings.push_token_retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
+@dataclass(frozen=True)
+class TablePrune:
+    """One single-table retention: `delete` removes up to `limit` rows older than `days(settings)`
+    (with whatever else keeps a row, e.g. a dead webhook message staying); the count goes on the
+    report field `level`; `step` names it among the maintenance tick's steps."""
+
+    step: str
+    level: str
+    delete: DeleteAged
+    days: Callable[[Settings], int]
+
+    async def __call__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        *,
+        report: RetentionReport | None = None,
+        max_batches: int | None = MAX_BATCHES_PER_TICK,
+        on_statement: StatementHook | None = None,
+    ) -> RetentionReport:
+        return await _prune_table(
+            engine,
+            settings,
+            self.level,
+            self.delete,
+            self.days(settings),
+            report=report,
+            max_batches=max_batches,
+            on_statement=on_statement,
+        )
 
 
-async def prune_feed(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Operations-feed rows older than feed_retention_days, receipts by cascade (R-RETENTION-11)."""
-    return await _prune_table(
-        engine,
-        settings,
-        "feed_notifications",
-        queries.delete_aged_feed_notifications,
-        settings.feed_retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
+def _retention_days(settings: Settings) -> int:
+    return settings.retention_days
 
 
-async def prune_operational_emails(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Sent or skipped operational emails older than retention_days; dead ones stay."""
-    return await _prune_table(
-        engine,
-        settings,
-        "operational_emails",
-        queries.delete_finished_operational_emails,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
+# Push tokens invalidated more than push_token_retention_days ago (R-RETENTION-10).
+prune_push_tokens = TablePrune(
+    "retention_push_tokens",
+    "push_tokens",
+    queries.delete_invalidated_push_tokens,
+    lambda settings: settings.push_token_retention_days,
+)
+# Operations-feed rows older than feed_retention_days, receipts by cascade (R-RETENTION-11).
+prune_feed = TablePrune(
+    "retention_feed",
+    "feed_notifications",
+    queries.delete_aged_feed_notifications,
+    lambda settings: settings.feed_retention_days,
+)
+# Sent or skipped operational emails older than retention_days; dead ones stay.
+prune_operational_emails = TablePrune(
+    "retention_operational_email",
+    "operational_emails",
+    queries.delete_finished_operational_emails,
+    _retention_days,
+)
+# Reminder runs older than retention_days (the events they point at age out by then too).
+prune_reminder_runs = TablePrune(
+    "retention_reminder_runs", "reminder_runs", queries.delete_aged_reminder_runs, _retention_days
+)
+# Broadcasts settled more than retention_days ago (their events age out by then too).
+prune_broadcasts = TablePrune(
+    "retention_broadcasts", "broadcasts", queries.delete_settled_broadcasts, _retention_days
+)
+# Follow-ups resolved (acknowledged, not required or reminded) and untouched for retention_days;
+# armed and notified ones are never aged out.
+prune_followups = TablePrune(
+    "retention_followups", "followups", queries.delete_resolved_followups, _retention_days
+)
+# Webhook messages sent more than retention_days ago. Queued, processing and dead ones stay (a
+# dead one's dead letter names it, and dead letters are never trimmed by age).
+prune_webhook_messages = TablePrune(
+    "retention_webhook_messages",
+    "webhook_messages",
+    queries.delete_sent_webhook_messages,
+    _retention_days,
+)
+# Addresses marked undeliverable more than retention_days ago are tried again.
+prune_undeliverable_addresses = TablePrune(
+    "retention_undeliverable_addresses",
+    "undeliverable_addresses",
+    queries.delete_aged_undeliverable_addresses,
+    _retention_days,
+)
+# Console sessions past their expiry (an expired session signs nobody in; sign-out deletes its own
+# row at once).
+prune_console_sessions = TablePrune(
+    "retention_console_sessions", "console_sessions", sessions.delete_expired, _retention_days
+)
 
-
-async def prune_reminder_runs(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Reminder runs older than retention_days (the events they point at age out by then too)."""
-    return await _prune_table(
-        engine,
-        settings,
-        "reminder_runs",
-        queries.delete_aged_reminder_runs,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
-
-
-async def prune_broadcasts(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Broadcasts settled more than retention_days ago (their events age out by then too)."""
-    return await _prune_table(
-        engine,
-        settings,
-        "broadcasts",
-        queries.delete_settled_broadcasts,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
-
-
-async def prune_followups(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Follow-ups resolved (acknowledged, not required or reminded) and untouched for
-    retention_days; armed and notified ones are never aged out."""
-    return await _prune_table(
-        engine,
-        settings,
-        "followups",
-        queries.delete_resolved_followups,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
-
-
-async def prune_webhook_messages(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Webhook messages sent more than retention_days ago. Queued, processing and dead ones stay
-    (a dead one's dead letter names it, and dead letters are never trimmed by age)."""
-    return await _prune_table(
-        engine,
-        settings,
-        "webhook_messages",
-        queries.delete_sent_webhook_messages,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
-
-
-async def prune_undeliverable_addresses(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Addresses marked undeliverable more than retention_days ago are tried again."""
-    return await _prune_table(
-        engine,
-        settings,
-        "undeliverable_addresses",
-        queries.delete_aged_undeliverable_addresses,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
-
-
-async def prune_console_sessions(
-    engine: AsyncEngine,
-    settings: Settings,
-    *,
-    report: RetentionReport | None = None,
-    max_batches: int | None = MAX_BATCHES_PER_TICK,
-    on_statement: StatementHook | None = None,
-) -> RetentionReport:
-    """Console sessions past their expiry (an expired session signs nobody in; sign-out deletes
-    its own row at once)."""
-    return await _prune_table(
-        engine,
-        settings,
-        "console_sessions",
-        sessions.delete_expired,
-        settings.retention_days,
-        report=report,
-        max_batches=max_batches,
-        on_statement=on_statement,
-    )
+# The independent single-table retentions, in the order a tick runs them (R-RETENTION-9).
+TABLE_PRUNES = (
+    prune_push_tokens,
+    prune_feed,
+    prune_operational_emails,
+    prune_reminder_runs,
+    prune_broadcasts,
+    prune_followups,
+    prune_webhook_messages,
+    prune_undeliverable_addresses,
+    prune_console_sessions,
+)
 
 
 async def run_retention(
@@ -394,18 +307,10 @@ async def run_retention(
     retentions run whatever the event levels found (R-RETENTION-9); a caller that needs each one
     to survive another's failure (the tick) calls them separately."""
     report = RetentionReport()
-    for prune in (
-        prune_events,
-        prune_push_tokens,
-        prune_feed,
-        prune_operational_emails,
-        prune_reminder_runs,
-        prune_broadcasts,
-        prune_followups,
-        prune_webhook_messages,
-        prune_undeliverable_addresses,
-        prune_console_sessions,
-    ):
+    await prune_events(
+        engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
+    )
+    for prune in TABLE_PRUNES:
         await prune(
             engine, settings, report=report, max_batches=max_batches, on_statement=on_statement
         )

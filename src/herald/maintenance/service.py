@@ -21,6 +21,7 @@ without them skips the step.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ async def run_tick(
         except Exception as exc:
             _sweep_failed(report, name, exc)
 
-    async def step(name: str, body: Callable[[], Awaitable[None]]) -> None:
+    async def step(name: str, body: Callable[[], Awaitable[object]]) -> None:
         """A sweep that manages its own transactions (one per statement or per send)."""
         try:
             await body()
@@ -143,33 +144,6 @@ async def run_tick(
     async def prune_events() -> None:
         await retention.prune_events(engine, settings, report=report.retention)
 
-    async def prune_push_tokens() -> None:
-        await retention.prune_push_tokens(engine, settings, report=report.retention)
-
-    async def prune_feed() -> None:
-        await retention.prune_feed(engine, settings, report=report.retention)
-
-    async def prune_operational_emails() -> None:
-        await retention.prune_operational_emails(engine, settings, report=report.retention)
-
-    async def prune_reminder_runs() -> None:
-        await retention.prune_reminder_runs(engine, settings, report=report.retention)
-
-    async def prune_broadcasts() -> None:
-        await retention.prune_broadcasts(engine, settings, report=report.retention)
-
-    async def prune_followups() -> None:
-        await retention.prune_followups(engine, settings, report=report.retention)
-
-    async def prune_webhook_messages() -> None:
-        await retention.prune_webhook_messages(engine, settings, report=report.retention)
-
-    async def prune_undeliverable_addresses() -> None:
-        await retention.prune_undeliverable_addresses(engine, settings, report=report.retention)
-
-    async def prune_console_sessions() -> None:
-        await retention.prune_console_sessions(engine, settings, report=report.retention)
-
     await sweep("reclaim_expired_leases", reclaim)
     if "reclaim_expired_leases" not in report.failures:  # counted once committed
         for channel in report.reclaimed_channels:
@@ -185,15 +159,8 @@ async def run_tick(
         await step("operational_email", operational_email)
     # Independent retentions, each run whatever the others found or raised (R-RETENTION-9).
     await step("retention_events", prune_events)
-    await step("retention_push_tokens", prune_push_tokens)
-    await step("retention_feed", prune_feed)
-    await step("retention_operational_email", prune_operational_emails)
-    await step("retention_reminder_runs", prune_reminder_runs)
-    await step("retention_broadcasts", prune_broadcasts)
-    await step("retention_followups", prune_followups)
-    await step("retention_webhook_messages", prune_webhook_messages)
-    await step("retention_undeliverable_addresses", prune_undeliverable_addresses)
-    await step("retention_console_sessions", prune_console_sessions)
+    for prune in retention.TABLE_PRUNES:
+        await step(prune.step, functools.partial(prune, engine, settings, report=report.retention))
     retention.log_report(report.retention)
     if report.reclaimed:
         log.warning(
