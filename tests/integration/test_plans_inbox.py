@@ -270,3 +270,38 @@ def test_read_all_reads_only_unread_rows(inbox: tuple[psycopg.Connection[Any], A
     assert index_names(nodes, "notification_recipient") == {"notification_recipient_unread_idx"}
     assert_no_history_scan(nodes)
     assert_delivery_probe_uses_inbox_index(nodes)
+
+
+def test_unread_only_first_page_walks_an_index_in_page_order(
+    inbox: tuple[psycopg.Connection[Any], Actor],
+) -> None:
+    """`unreadOnly=true`: the person's unread rows in the page's order, stopping at the page,
+    never all of them sorted (the unread index carries occurred_at and id)."""
+    conn, actor = inbox
+    nodes = generic_plan(conn, queries._list_page(False, True), list_values(actor))
+    assert nodes[0]["Node Type"] == "Limit"
+    assert index_names(nodes, "notification_recipient") <= {
+        "notification_recipient_centre_idx",
+        "notification_recipient_unread_idx",
+    }
+    assert_no_history_scan(nodes)
+    assert_delivery_probe_uses_inbox_index(nodes)
+
+
+def test_unread_only_deep_page_starts_at_the_cursor(
+    inbox: tuple[psycopg.Connection[Any], Actor],
+) -> None:
+    conn, actor = inbox
+    middle = conn.execute(
+        "SELECT occurred_at, id FROM notification_recipient WHERE user_id = %s "
+        "AND read_at IS NULL ORDER BY occurred_at DESC, id DESC OFFSET %s LIMIT 1",
+        (actor.person_id, ROWS // 3),
+    ).fetchone()
+    assert middle is not None
+    nodes = generic_plan(
+        conn, queries._list_page(True, True), list_values(actor, (middle[0], middle[1]))
+    )
+    recipient_scans = scans_of(nodes, "notification_recipient")
+    assert any("occurred_at" in n.get("Index Cond", "") for n in recipient_scans), recipient_scans
+    assert_no_history_scan(nodes)
+    assert_delivery_probe_uses_inbox_index(nodes)

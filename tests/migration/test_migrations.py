@@ -206,3 +206,47 @@ def test_console_sessions_migration_round_trip(empty_database: str) -> None:
     assert row[2] == ["herald_owner_all_tenants", "herald_tenant_isolation"]
     migrate.downgrade(empty_database, "0014")
     assert catalog(empty_database) == before
+
+
+def test_unread_index_migration_on_a_populated_inbox(empty_database: str) -> None:
+    """0019 rebuilds notification_recipient_unread_idx in the page's order on a database that
+    holds recipients (CONCURRENTLY, then a swap of names), and its down restores 0018's exactly."""
+    migrate.upgrade(empty_database, "0018")
+    before = catalog(empty_database)
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        conn.execute(
+            """
+            WITH p AS (
+                INSERT INTO person (tenant_id, external_id) VALUES ('t', 'ana')
+                RETURNING id, public_id
+            ), e AS (
+                INSERT INTO notification_event
+                    (tenant_id, kind, category, priority, audience, channels, dedupe_key)
+                SELECT 't', 'announcement.posted', 'announcement', 'normal',
+                       '{"kind": "all_users"}', ARRAY['in_app'], md5(g::text) || md5('x' || g)
+                FROM generate_series(1, 50) g
+                RETURNING id, occurred_at
+            )
+            INSERT INTO notification_recipient
+                (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at)
+            SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, p
+            """
+        )
+    migrate.upgrade(empty_database, "0019")
+
+    def definition() -> str:
+        with psycopg.connect(libpq_url(empty_database)) as conn:
+            row = conn.execute(
+                "SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = 'notification_recipient_unread_idx'"
+            ).fetchone()
+        assert row is not None and row[1], row  # present and valid
+        return str(row[0])
+
+    assert "(user_id, occurred_at DESC, id DESC) WHERE (read_at IS NULL)" in definition()
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        assert conn.execute("SELECT count(*) FROM notification_recipient").fetchone() == (50,)
+    migrate.downgrade(empty_database, "0018")
+    assert "(user_id) WHERE (read_at IS NULL)" in definition()
+    assert catalog(empty_database) == before

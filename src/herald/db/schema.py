@@ -323,9 +323,12 @@ notification_recipient = Table(
     Index(
         "notification_recipient_centre_idx", "user_id", text("occurred_at DESC"), text("id DESC")
     ),
+    # In the page's order, so the unread-only list walks it and stops at the page (0019).
     Index(
         "notification_recipient_unread_idx",
         "user_id",
+        text("occurred_at DESC"),
+        text("id DESC"),
         postgresql_where=text("read_at IS NULL"),
     ),
 )
