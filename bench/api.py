@@ -620,7 +620,8 @@ def main() -> None:
                 seed_people(conn, tenant, args.people)
                 heavy = [f"p{n}" for n in range(1, args.heavy + 1)]
                 rest = max(args.rows - args.heavy * args.heavy_rows, 0)
-                per_person = max(rest // max(args.people - args.heavy, 1), 1)
+                # Rounded up, so the inbox holds at least --rows rows.
+                per_person = max(-(-rest // max(args.people - args.heavy, 1)), 1)
                 rows = seed_inbox(
                     conn, tenant, per_person=per_person, heavy=heavy, heavy_rows=args.heavy_rows
                 )
