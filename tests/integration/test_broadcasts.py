@@ -152,6 +152,18 @@ async def tick(
     return await bworker.run_tick(engine, registry, settings, HOLDER)
 
 
+async def completed_messages(engine: AsyncEngine, tenant: str) -> list[dict[str, Any]]:
+    """The payloads of the tenant's broadcast.completed webhook messages."""
+    m = s.webhook_message
+    async with engine.connect() as conn:
+        found = await conn.execute(
+            select(m.c.payload).where(
+                m.c.tenant_id == tenant, m.c.event_type == "broadcast.completed"
+            )
+        )
+        return [dict(payload) for payload in found.scalars()]
+
+
 def error(answer: Any) -> str:
     return str(answer.json()["error"]["code"])
 
@@ -392,6 +404,13 @@ async def test_release_freezes_audience_and_completes(
     async with engine.begin() as conn:
         for n in range(3):
             await seed.person(conn, tenant, f"parent-{n}")
+    # The host subscribes to broadcast.completed (issue 16): one message once it completes.
+    hook = await http.post(
+        "/v1/admin/webhooks",
+        json={"url": "https://93.184.215.14/hook", "eventTypes": ["broadcast.completed"]},
+        headers=ops.admin_key,
+    )
+    assert hook.status_code == 201, hook.text
     result = await approved(http, ops)
     preview = (await http.get(f"{BASE}/{result['id']}/audience-preview", headers=ops.reader)).json()
     assert preview["count"] == 7 and len(preview["sample"]) == 7  # 4 operators + 3 parents
@@ -430,9 +449,14 @@ async def test_release_freezes_audience_and_completes(
         tenant_id=tenant,
     ):
         pass
+    assert await completed_messages(engine, tenant) == []  # not before it completes
     await tick(engine, registry, bsettings)
+    await tick(engine, registry, bsettings)  # a later tick emits nothing more
     got = (await http.get(f"{BASE}/{result['id']}", headers=ops.reader)).json()
     assert got["state"] == "completed" and got["recipientCount"] == 7
+    [message] = await completed_messages(engine, tenant)
+    assert message["type"] == "broadcast.completed"
+    assert message["data"] == {"broadcastId": result["id"], "state": "completed"}
     assert got["counts"] == {"delivered": 7, "sent": 7}
     report = (await http.get(f"{BASE}/{result['id']}/report", headers=ops.reader)).json()
     assert report["counts"] == {"in_app": {"delivered": 7}, "email": {"sent": 7}}
