@@ -187,7 +187,7 @@ WebhookMessageStatus = Literal["queued", "processing", "sent", "dead"]
 WEBHOOK_MESSAGE_STATUSES: Final[tuple[str, ...]] = get_args(WebhookMessageStatus)
 
 # Channels whose addresses a hard bounce marks undeliverable (undeliverable_address).
-UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email",)
+UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms")
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

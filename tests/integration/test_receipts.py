@@ -102,6 +102,57 @@ async def one_more_email(
     return (await delivery_rows(engine, tenant))[-1]
 
 
+async def sent_sms(
+    engine: AsyncEngine,
+    tenant: str,
+    vault: Vault,
+    settings: Settings,
+    *,
+    phone: str = "+977 984-1000001",
+    setup: bool = True,
+) -> str:
+    """A guardian with a phone who opted in to SMS announcements gets one, sent; its SID."""
+    if setup:
+        async with engine.begin() as conn:
+            group_id = await seed.group(conn, tenant, "class-7a")
+            pupil = await seed.person(conn, tenant, "s0")
+            parent = await seed.person(conn, tenant, "g0")
+            await conn.execute(
+                update(s.person).where(s.person.c.id == parent.id).values(phone=phone)
+            )
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+            # SMS is off by default outside security: this guardian opted in.
+            await conn.execute(
+                s.notification_preference.insert().values(
+                    tenant_id=tenant,
+                    person_id=parent.id,
+                    category="announcement",
+                    channel="sms",
+                    enabled=True,
+                )
+            )
+    sid = f"SM{uuid.uuid4().hex}"
+    # A title of its own: the same event twice would be one event (its dedupe key).
+    await send_event(engine, tenant, channels=["sms"], variables={**ANNOUNCE, "title": sid})
+    await run_to_completion(engine, tenant)
+    await deliver(
+        engine, ScriptedProvider("sms", ProviderOutcome.sent(sid)), vault, settings, tenant
+    )()
+    return sid
+
+
+async def post_twilio(client: AsyncClient, params: list[tuple[str, str]]) -> Any:
+    return await client.post(
+        TWILIO,
+        content=urlencode(params),
+        headers={
+            "content-type": "application/x-www-form-urlencoded",
+            "x-twilio-signature": twilio_signature("twilio-token", CALLBACK, params),
+        },
+    )
+
+
 async def webhook_types(engine: AsyncEngine, tenant: str) -> list[str]:
     m = s.webhook_message
     async with engine.connect() as conn:
@@ -200,31 +251,7 @@ async def test_unsigned_and_forged_callbacks_are_401_and_change_nothing(
 async def test_twilio_undelivered_is_bounced_with_the_code(
     client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str, vault: Vault
 ) -> None:
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        pupil = await seed.person(conn, tenant, "s0")
-        parent = await seed.person(conn, tenant, "g0")
-        await conn.execute(
-            update(s.person).where(s.person.c.id == parent.id).values(phone="+9779841000001")
-        )
-        await seed.member(conn, tenant, group_id, pupil.id)
-        await seed.guardian(conn, tenant, pupil.id, parent.id)
-        # SMS is off by default outside security: this guardian opted in.
-        await conn.execute(
-            s.notification_preference.insert().values(
-                tenant_id=tenant,
-                person_id=parent.id,
-                category="announcement",
-                channel="sms",
-                enabled=True,
-            )
-        )
-    await send_event(engine, tenant, channels=["sms"])
-    await run_to_completion(engine, tenant)
-    sid = f"SM{uuid.uuid4().hex}"
-    await deliver(
-        engine, ScriptedProvider("sms", ProviderOutcome.sent(sid)), vault, settings, tenant
-    )()
+    sid = await sent_sms(engine, tenant, vault, settings)
     params = [("MessageSid", sid), ("MessageStatus", "undelivered"), ("ErrorCode", "30003")]
     form = urlencode(params)
     content = {"content-type": "application/x-www-form-urlencoded"}
@@ -247,7 +274,7 @@ async def test_twilio_undelivered_is_bounced_with_the_code(
         marks = await conn.execute(
             select(s.undeliverable_address).where(s.undeliverable_address.c.tenant_id == tenant)
         )
-        assert marks.all() == []  # only email hard bounces mark an address
+        assert marks.all() == []  # 30003 (handset unreachable) bounces this message only
 
 
 async def test_a_receipt_never_crosses_tenants(
@@ -305,3 +332,68 @@ async def test_a_receipt_ahead_of_the_recorder_is_refused_for_a_retry(
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "PROVIDER_RECEIPT_EARLY"
     assert (await delivery_rows(engine, tenant))[0]["status"] == "processing"
+
+
+async def sms_marks(engine: AsyncEngine, tenant: str) -> list[Any]:
+    u = s.undeliverable_address
+    async with engine.connect() as conn:
+        found = await conn.execute(
+            select(u.c.channel, u.c.address_hash, u.c.reason).where(u.c.tenant_id == tenant)
+        )
+        return list(found.all())
+
+
+@pytest.mark.parametrize("code", ["30005", "30006", "21610"])
+async def test_twilio_permanent_error_skips_the_number_until_it_changes(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    settings: Settings,
+    tenant: str,
+    vault: Vault,
+    code: str,
+) -> None:
+    """A number Twilio says cannot take SMS (unknown, a landline, opted out) is marked, as a hard
+    email bounce marks an address: the next SMS to it is skipped_no_destination with
+    ADDRESS_UNDELIVERABLE; once the host stores another number it is sent; erasing the person
+    forgets the mark. Only a hash is kept."""
+    from herald.directory import service as directory
+
+    sid = await sent_sms(engine, tenant, vault, settings)
+    params = [("MessageSid", sid), ("MessageStatus", "undelivered"), ("ErrorCode", code)]
+    answer = await post_twilio(client, params)
+    assert answer.json() == {"result": "bounced"}
+    [mark] = await sms_marks(engine, tenant)
+    assert mark.channel == "sms" and mark.reason == f"SMS_UNDELIVERED (twilio_{code})"
+    assert "9841000001" not in json.dumps([str(v) for v in mark])
+
+    await sent_sms(engine, tenant, vault, settings, setup=False)
+    skipped = (await delivery_rows(engine, tenant))[-1]
+    assert skipped["status"] == "skipped_no_destination"
+    assert skipped["last_error"] == "ADDRESS_UNDELIVERABLE"
+
+    async with engine.begin() as conn:  # the same number written differently is the same
+        await conn.execute(
+            update(s.person)
+            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
+            .values(phone="+9779841000001")
+        )
+    await sent_sms(engine, tenant, vault, settings, setup=False)
+    assert (await delivery_rows(engine, tenant))[-1]["status"] == "skipped_no_destination"
+
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(s.person)
+            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
+            .values(phone="+9779841000002")
+        )
+    await sent_sms(engine, tenant, vault, settings, setup=False)
+    assert (await delivery_rows(engine, tenant))[-1]["status"] == "sent"
+
+    async with engine.begin() as conn:  # back to the marked number, then erased
+        await conn.execute(
+            update(s.person)
+            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
+            .values(phone="+977-9841000001")
+        )
+        await directory.erase_person(conn, tenant, "g0")
+    assert await sms_marks(engine, tenant) == []

@@ -92,13 +92,16 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
        t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
-       -- A hard bounce marked this email address undeliverable (herald.receipts): one probe of
-       -- the (tenant, channel, hash) key, for email rows only.
-       (d.channel = 'email' AND p.email IS NOT NULL AND EXISTS (
+       -- A hard bounce marked this email address or phone number undeliverable
+       -- (herald.receipts, which hashes them the same way): one probe of the
+       -- (tenant, channel, hash) key, for email and SMS rows only.
+       (d.channel IN ('email', 'sms') AND EXISTS (
             SELECT 1 FROM undeliverable_address u
-             WHERE u.tenant_id = d.tenant_id AND u.channel = 'email'
-               AND u.address_hash = encode(sha256(convert_to(lower(btrim(p.email)), 'UTF8')), 'hex')))
-           AS email_undeliverable
+             WHERE u.tenant_id = d.tenant_id AND u.channel = d.channel
+               AND u.address_hash = encode(sha256(convert_to(
+                   CASE d.channel WHEN 'email' THEN lower(btrim(p.email))
+                        ELSE regexp_replace(p.phone, '[^0-9+]', '', 'g') END, 'UTF8')), 'hex')))
+           AS address_undeliverable
   FROM notification_delivery d
   JOIN notification_recipient r ON r.id = d.recipient_id
   JOIN notification_event e ON e.id = d.event_id

@@ -106,9 +106,12 @@ async def prepare(
             persist=persist,
             secret_ref=ref,
         )
-    if channel == "email" and to == context["email"] and context.get("email_undeliverable"):
-        # A hard bounce marked the person's address (herald.receipts): skipped until the host
-        # changes it. A vault override (a reset to another address) is not this address.
+    stored = (channel == "email" and to == context["email"]) or (
+        channel == "sms" and not secret_values.get("toPhone")
+    )
+    if stored and context.get("address_undeliverable"):
+        # A hard bounce marked the person's address or number (herald.receipts): skipped until
+        # the host changes it. A vault override (a reset to another address) is not this one.
         return Prepared(
             context,
             skip="skipped_no_destination",

@@ -459,15 +459,24 @@ def email_hash(email: ColumnElement[str]) -> ColumnElement[str]:
     return func.encode(func.sha256(func.convert_to(func.lower(func.btrim(email)), "UTF8")), "hex")
 
 
+def phone_hash(phone: ColumnElement[str]) -> ColumnElement[str]:
+    """The undeliverable_address key of a phone number, exactly as herald.receipts writes it."""
+    digits = func.regexp_replace(phone, "[^0-9+]", "", "g")
+    return func.encode(func.sha256(func.convert_to(digits, "UTF8")), "hex")
+
+
 async def delete_undeliverable_of_person(conn: AsyncConnection, person_id: int) -> int:
-    """The person's email address, if a hard bounce marked it undeliverable, is forgotten with
-    them (only its hash was kept, but a hash of a known address identifies it)."""
+    """The person's email address and phone number, if a hard bounce marked them undeliverable,
+    are forgotten with them (only their hashes were kept, but a hash of a known address
+    identifies it)."""
     u, p = s.undeliverable_address, s.person
     result = await conn.execute(
         delete(u).where(
             u.c.tenant_id == p.c.tenant_id,
-            u.c.channel == "email",
-            u.c.address_hash == email_hash(p.c.email),
+            or_(
+                and_(u.c.channel == "email", u.c.address_hash == email_hash(p.c.email)),
+                and_(u.c.channel == "sms", u.c.address_hash == phone_hash(p.c.phone)),
+            ),
             p.c.id == person_id,
         )
     )

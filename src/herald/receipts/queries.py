@@ -37,11 +37,16 @@ async def apply_receipt(
 
 
 async def mark_undeliverable(
-    conn: AsyncConnection, recipient_id: int, reason: str, delivery_public_id: uuid.UUID
+    conn: AsyncConnection,
+    channel: str,
+    recipient_id: int,
+    reason: str,
+    delivery_public_id: uuid.UUID,
 ) -> None:
     await conn.execute(
         SQL["mark_undeliverable"],
         {
+            "channel": channel,
             "recipient_id": recipient_id,
             "reason": reason,
             "delivery_public_id": delivery_public_id,

@@ -20,13 +20,21 @@ UPDATE notification_delivery
 RETURNING id, public_id, recipient_id;
 
 -- name: mark_undeliverable
--- A hard bounce: the recipient's current email address, hashed exactly as load_send_contexts
--- hashes it, is undeliverable from now on. A person already erased has no address to mark.
+-- A hard bounce: the recipient's current address on the channel is undeliverable from now on,
+-- hashed exactly as load_send_contexts hashes it — an email lower-cased and trimmed, a phone
+-- number with everything but digits and '+' removed (the number as the directory stores it, so a
+-- changed number is tried again). A person already erased has no address to mark.
 INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason, delivery_public_id)
-SELECT p.tenant_id, 'email',
-       encode(sha256(convert_to(lower(btrim(p.email)), 'UTF8')), 'hex'),
+SELECT p.tenant_id, CAST(:channel AS text),
+       encode(sha256(convert_to(
+           CASE CAST(:channel AS text)
+                WHEN 'email' THEN lower(btrim(p.email))
+                ELSE regexp_replace(p.phone, '[^0-9+]', '', 'g') END, 'UTF8')), 'hex'),
        :reason, :delivery_public_id
   FROM notification_recipient r
   JOIN person p ON p.id = r.user_id
- WHERE r.id = :recipient_id AND p.email IS NOT NULL AND btrim(p.email) <> ''
+ WHERE r.id = :recipient_id
+   AND CASE CAST(:channel AS text)
+            WHEN 'email' THEN btrim(coalesce(p.email, '')) <> ''
+            ELSE regexp_replace(coalesce(p.phone, ''), '[^0-9+]', '', 'g') <> '' END
 ON CONFLICT (tenant_id, channel, address_hash) DO NOTHING;

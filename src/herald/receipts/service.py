@@ -10,9 +10,10 @@ Twilio's documented one, compared in constant time).
 A verified receipt moves the delivery it names (by provider message id and channel; an id that
 matches no row, or more than one, changes nothing) from `sent` to `delivered`, or to the final
 `bounced` with the provider's code. The move is a compare-and-set on `sent`, so a duplicate, an
-out-of-order or a late receipt changes nothing. A hard email bounce also marks the recipient's
-address undeliverable (undeliverable_address, a hash only): later emails to it are
-skipped_no_destination with ADDRESS_UNDELIVERABLE until the host changes the address. The
+out-of-order or a late receipt changes nothing. A hard bounce — a permanent email bounce, or an
+SMS error that says the number cannot take SMS (TWILIO_PERMANENT_ERRORS) — also marks the
+recipient's address on that channel undeliverable (undeliverable_address, a hash only): later
+messages to it are skipped_no_destination with ADDRESS_UNDELIVERABLE until the host changes it. The
 webhook delivery.delivered / delivery.bounced is written in the same transaction.
 An unsigned or forged callback is 401 and changes nothing.
 """
@@ -165,6 +166,14 @@ def verify_twilio(
     return parse_twilio(params)
 
 
+# Twilio's error codes that say the number itself cannot take SMS from this sender, so sending
+# again is pointless until the host changes it: 30005 unknown, inactive or no longer in service;
+# 30006 a landline or an unreachable carrier (Twilio: "do not retry the same SMS to that
+# destination"); 21610 the person opted out (STOP). 30003 (handset unreachable: off, no signal,
+# roaming) and the filtering codes are not: they bounce this message only.
+TWILIO_PERMANENT_ERRORS = frozenset({"30005", "30006", "21610"})
+
+
 def parse_twilio(params: Sequence[tuple[str, str]]) -> Receipt:
     form = dict(params)
     sid, status = form.get("MessageSid"), form.get("MessageStatus")
@@ -176,7 +185,7 @@ def parse_twilio(params: Sequence[tuple[str, str]]) -> Receipt:
     if status in ("undelivered", "failed"):
         error = form.get("ErrorCode", "")
         code = f"SMS_UNDELIVERED (twilio_{error})" if error.isdigit() else "SMS_UNDELIVERED"
-        return Receipt("sms", sid, "bounced", code)
+        return Receipt("sms", sid, "bounced", code, hard=error in TWILIO_PERMANENT_ERRORS)
     return Receipt("sms", sid, None)
 
 
@@ -203,9 +212,13 @@ async def apply(conn: AsyncConnection, receipt: Receipt) -> Applied:
             # yet): a 409 makes a retrying sender (Svix) bring it back instead of losing it.
             raise ReceiptTooEarly()
         return Applied("ignored")
-    if receipt.hard and receipt.channel == "email":
+    if receipt.hard:
         await queries.mark_undeliverable(
-            conn, moved["recipient_id"], receipt.code or "EMAIL_BOUNCED", moved["public_id"]
+            conn,
+            receipt.channel,
+            moved["recipient_id"],
+            receipt.code or f"{receipt.channel.upper()}_BOUNCED",
+            moved["public_id"],
         )
     await webhooks.emit_for_deliveries(conn, tenant_id, [delivery_id])
     log.info("delivery %s: %s by the provider's receipt", moved["public_id"], receipt.status)
