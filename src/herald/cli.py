@@ -216,7 +216,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     try:
         with server.stop_on_signals(stop):
             await server.serve_api(
-                create_app(settings, engine, registry), host=host, port=port, stop=stop
+                create_app(settings, engine, registry), host=host, port=port, stop=stop, freeze=True
             )
     finally:
         await engine.dispose()
@@ -264,6 +264,7 @@ async def _work(
 
     registry = get_registry()
     engine = make_async_engine(resolve_database_url(settings), pool_size=settings.db_pool_size)
+    server.freeze_startup_objects()
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):

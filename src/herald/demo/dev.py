@@ -331,7 +331,9 @@ async def run_dev(
             try:
                 await server.run_roles(
                     stop,
-                    server.serve_api(app, host=host, port=port, stop=stop, listening=listening),
+                    server.serve_api(
+                        app, host=host, port=port, stop=stop, listening=listening, freeze=True
+                    ),
                     run_worker(settings, engine, registry, stop, providers=providers),
                     run_scheduler(settings, engine, registry, stop),
                     end_streams_on_stop(),
