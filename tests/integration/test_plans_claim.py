@@ -16,7 +16,6 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -25,7 +24,7 @@ from psycopg import sql as sql_
 
 from herald.db import migrate
 from herald.db.engine import libpq_url
-from herald.delivery.queries import SQL, OutcomeRows
+from herald.delivery.queries import SQL
 from tests.conftest import create_database, drop_database
 
 QUEUED = 5_000
@@ -186,34 +185,26 @@ def test_the_sweeps_walk_their_indexes(
 
 def test_the_recorder_reaches_its_rows_through_an_index(queue: psycopg.Connection[Any]) -> None:
     ids = [r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 50")]
-    claimed = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = OutcomeRows()
-    for delivery_id in ids:
-        rows.ids.append(delivery_id)
-        rows.claimed_ats.append(claimed)
-        rows.statuses.append("sent")
-        rows.attempt_incs.append(1)
-        rows.failure_incs.append(0)
-        for column in (
-            rows.delays,
-            rows.errors,
-            rows.message_ids,
-            rows.hints,
-            rows.titles,
-            rows.bodies,
-            rows.hashes,
-            rows.template_versions,
-            rows.provider_statuses,
-        ):
-            column.append(None)
-        rows.called.append(True)
-        rows.outcomes.append("sent")
-    # The batch as the recorder sends it: one JSON document (OutcomeRows.params).
-    params = rows.params()
+    n = len(ids)
     plan = _generic_plan(
         queue,
         "record_outcomes",
-        rows=params["rows"],
+        ids=ids,
+        claimed_ats=["2026-01-01T00:00:00Z"] * n,
+        statuses=["sent"] * n,
+        attempt_incs=[1] * n,
+        failure_incs=[0] * n,
+        delays=["NULL"] * n,
+        errors=["NULL"] * n,
+        message_ids=["NULL"] * n,
+        hints=["NULL"] * n,
+        titles=["NULL"] * n,
+        bodies=["NULL"] * n,
+        hashes=["NULL"] * n,
+        template_versions=["NULL"] * n,
+        called=["true"] * n,
+        provider_statuses=["NULL"] * n,
+        outcomes=["sent"] * n,
         skipped_statuses=["skipped_unconfigured"],
     )
     scans = _scans_of_delivery(plan)
