@@ -92,47 +92,7 @@ class OutcomeRows:
         return part
 
     def params(self) -> dict[str, Any]:
-        """The batch as one JSON document (json_to_recordset in the statement): psycopg dumps a
-        Python list into an array literal element by element in Python, which for sixteen
-        arrays of a hundred was a sixth of the worker's CPU per delivery; the standard
-        library's C encoder writes the same rows as one string. Timestamps go as ISO 8601 with
-        their microseconds and offset, so `claimed_at` compares equal to the stored claim."""
-        columns = vars(self)
-        names = [_OUTCOME_FIELDS[name] for name in columns]
-        records = [
-            dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)
-        ]
-        return {
-            "rows": json.dumps(records, default=_iso, separators=(",", ":")),
-            "skipped_statuses": list(vocabulary.SKIPPED_STATUSES),
-        }
-
-
-# OutcomeRows' columns by the names the statement's json_to_recordset gives them.
-_OUTCOME_FIELDS = {
-    "ids": "id",
-    "claimed_ats": "claimed_at",
-    "statuses": "status",
-    "attempt_incs": "attempt_inc",
-    "failure_incs": "failure_inc",
-    "delays": "delay",
-    "errors": "error",
-    "message_ids": "message_id",
-    "hints": "hint",
-    "titles": "title",
-    "bodies": "body",
-    "hashes": "hash",
-    "template_versions": "template_version",
-    "called": "called",
-    "provider_statuses": "provider_status",
-    "outcomes": "outcome",
-}
-
-
-def _iso(value: object) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+        return {**vars(self), "skipped_statuses": list(vocabulary.SKIPPED_STATUSES)}
 
 
 async def record_outcomes(conn: AsyncConnection, rows: OutcomeRows) -> set[int]:
