@@ -264,7 +264,6 @@ async def _work(
 
     registry = get_registry()
     engine = make_async_engine(resolve_database_url(settings), pool_size=settings.db_pool_size)
-    server.freeze_startup_objects()
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):
