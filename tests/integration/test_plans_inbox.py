@@ -208,6 +208,21 @@ def list_values(actor: Actor, after: tuple[datetime, int] | None = None) -> dict
     return values
 
 
+def cursor_into(
+    conn: psycopg.Connection[Any], actor: Actor, offset: int, *, unread_only: bool
+) -> tuple[datetime, int]:
+    """The keyset position `offset` items into the person's list (unread items only, or all)."""
+    unread = "AND read_at IS NULL " if unread_only else ""
+    row = conn.execute(
+        "SELECT occurred_at, id FROM notification_recipient WHERE user_id = %s "
+        + unread
+        + "ORDER BY occurred_at DESC, id DESC OFFSET %s LIMIT 1",
+        (actor.person_id, offset),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
 def test_first_page_walks_the_centre_index(inbox: tuple[psycopg.Connection[Any], Actor]) -> None:
     conn, actor = inbox
     nodes = generic_plan(conn, queries._list_page(False, False), list_values(actor))
@@ -221,14 +236,10 @@ def test_deep_cursor_page_walks_the_centre_index(
     inbox: tuple[psycopg.Connection[Any], Actor],
 ) -> None:
     conn, actor = inbox
-    middle = conn.execute(
-        "SELECT occurred_at, id FROM notification_recipient WHERE user_id = %s "
-        "ORDER BY occurred_at DESC, id DESC OFFSET %s LIMIT 1",
-        (actor.person_id, ROWS // 2),
-    ).fetchone()
-    assert middle is not None
     nodes = generic_plan(
-        conn, queries._list_page(True, False), list_values(actor, (middle[0], middle[1]))
+        conn,
+        queries._list_page(True, False),
+        list_values(actor, cursor_into(conn, actor, ROWS // 2, unread_only=False)),
     )
     recipient_scans = scans_of(nodes, "notification_recipient")
     assert {n.get("Index Name") for n in recipient_scans} == {"notification_recipient_centre_idx"}
@@ -292,14 +303,10 @@ def test_unread_only_deep_page_starts_at_the_cursor(
     inbox: tuple[psycopg.Connection[Any], Actor],
 ) -> None:
     conn, actor = inbox
-    middle = conn.execute(
-        "SELECT occurred_at, id FROM notification_recipient WHERE user_id = %s "
-        "AND read_at IS NULL ORDER BY occurred_at DESC, id DESC OFFSET %s LIMIT 1",
-        (actor.person_id, ROWS // 3),
-    ).fetchone()
-    assert middle is not None
     nodes = generic_plan(
-        conn, queries._list_page(True, True), list_values(actor, (middle[0], middle[1]))
+        conn,
+        queries._list_page(True, True),
+        list_values(actor, cursor_into(conn, actor, ROWS // 3, unread_only=True)),
     )
     recipient_scans = scans_of(nodes, "notification_recipient")
     assert any("occurred_at" in n.get("Index Cond", "") for n in recipient_scans), recipient_scans

@@ -334,6 +334,15 @@ async def test_a_receipt_ahead_of_the_recorder_is_refused_for_a_retry(
     assert (await delivery_rows(engine, tenant))[0]["status"] == "processing"
 
 
+async def set_phone(engine: AsyncEngine, tenant: str, phone: str) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(s.person)
+            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
+            .values(phone=phone)
+        )
+
+
 async def sms_marks(engine: AsyncEngine, tenant: str) -> list[Any]:
     u = s.undeliverable_address
     async with engine.connect() as conn:
@@ -371,29 +380,15 @@ async def test_twilio_permanent_error_skips_the_number_until_it_changes(
     assert skipped["status"] == "skipped_no_destination"
     assert skipped["last_error"] == "ADDRESS_UNDELIVERABLE"
 
-    async with engine.begin() as conn:  # the same number written differently is the same
-        await conn.execute(
-            update(s.person)
-            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
-            .values(phone="+9779841000001")
-        )
+    await set_phone(engine, tenant, "+9779841000001")  # the same number, written differently
     await sent_sms(engine, tenant, vault, settings, setup=False)
     assert (await delivery_rows(engine, tenant))[-1]["status"] == "skipped_no_destination"
 
-    async with engine.begin() as conn:
-        await conn.execute(
-            update(s.person)
-            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
-            .values(phone="+9779841000002")
-        )
+    await set_phone(engine, tenant, "+9779841000002")
     await sent_sms(engine, tenant, vault, settings, setup=False)
     assert (await delivery_rows(engine, tenant))[-1]["status"] == "sent"
 
-    async with engine.begin() as conn:  # back to the marked number, then erased
-        await conn.execute(
-            update(s.person)
-            .where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")
-            .values(phone="+977-9841000001")
-        )
+    await set_phone(engine, tenant, "+977-9841000001")  # back to the marked number, then erased
+    async with engine.begin() as conn:
         await directory.erase_person(conn, tenant, "g0")
     assert await sms_marks(engine, tenant) == []
