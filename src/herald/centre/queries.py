@@ -25,6 +25,8 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
+    cast,
     func,
     literal_column,
     or_,
@@ -135,22 +137,83 @@ def visible_to(actor: Actor) -> ColumnElement[bool]:
 
 
 @dataclass(frozen=True)
-class CentreRow:
+class PageRow:
+    """One row of a list page: its keyset position, and the item as its JSON object."""
+
     recipient_id: int
-    public_id: UUID
-    kind: str
-    category: str
-    priority: str
-    title: str | None
-    body: str | None
-    action_url: str | None
     occurred_at: datetime
-    read_at: datetime | None
+    # NotificationItem's JSON (by alias), written by PostgreSQL: see item_json.
+    item: str
+
+
+def _text_constant(value: str) -> ColumnElement[str]:
+    if "'" in value:
+        raise ValueError(f"not a plain constant: {value!r}")
+    return literal_column(f"'{value}'", Text)
+
+
+def _json_string(value: ColumnElement[Any]) -> ColumnElement[str]:
+    """A text value as a JSON string, or null. PostgreSQL's escaping is pydantic-core's: the
+    seven short escapes, other control characters as lowercase \\u00xx, everything else as is."""
+    return func.coalesce(cast(func.to_json(value), Text), _text_constant("null"))
+
+
+def _json_timestamp(value: ColumnElement[datetime]) -> ColumnElement[str]:
+    """A timestamptz as pydantic-core writes an aware UTC datetime: seconds, then the six digits
+    of the microseconds only when there are any, then Z; or null."""
+    utc = func.timezone(_text_constant("UTC"), value)
+    fraction = case(
+        (func.date_trunc(_text_constant("second"), value) == value, _text_constant("")),
+        else_=func.to_char(utc, _text_constant(".US")),
+    )
+    stamp = (
+        _text_constant('"')
+        + func.to_char(utc, _text_constant('YYYY-MM-DD"T"HH24:MI:SS'))
+        + fraction
+        + _text_constant('Z"')
+    )
+    return func.coalesce(stamp, _text_constant("null"))
+
+
+def item_json(
+    *,
+    public_id: ColumnElement[Any],
+    kind: ColumnElement[Any],
+    category: ColumnElement[Any],
+    priority: ColumnElement[Any],
+    title: ColumnElement[Any],
+    body: ColumnElement[Any],
+    action_url: ColumnElement[Any],
+    occurred_at: ColumnElement[Any],
+    read_at: ColumnElement[Any],
+) -> ColumnElement[str]:
+    """NotificationItem's JSON, byte for byte what `model_dump_json(by_alias=True)` writes for
+    the same values in UTC (tests/integration/test_centre_item_json.py holds the two equal).
+
+    The list's rows leave PostgreSQL as one text value each instead of ten typed columns: the
+    API process, which is what an inbox request waits on, decodes three values a row instead of
+    ten and serialises nothing, and PostgreSQL does the formatting on its own core."""
+    fields: list[tuple[str, ColumnElement[str]]] = [
+        ("id", _text_constant('"') + cast(public_id, Text) + _text_constant('"')),
+        ("kind", _json_string(kind)),
+        ("category", _json_string(category)),
+        ("priority", _json_string(priority)),
+        ("title", _json_string(title)),
+        ("body", _json_string(body)),
+        ("actionUrl", _json_string(action_url)),
+        ("occurredAt", _json_timestamp(occurred_at)),
+        ("readAt", _json_timestamp(read_at)),
+    ]
+    out: ColumnElement[str] = _text_constant("{")
+    for index, (name, value) in enumerate(fields):
+        out = out + _text_constant(("," if index else "") + f'"{name}":') + value
+    return out + _text_constant("}")
 
 
 @functools.cache
 def _list_page(keyset: bool, unread_only: bool) -> Compiled:
-    """Up to LIMIT visible rows, newest first, after the keyset position (AFTER_AT, AFTER_ID).
+    """Up to LIMIT visible rows, newest first, after the keyset position (AFTER_AT, AFTER_ID):
+    each its recipient id, its occurred_at (the next cursor) and its item's JSON.
 
     Ordered by (occurred_at DESC, id DESC) and paged by keyset on that pair (R-CENTRE-13), which
     walks notification_recipient_centre_idx; two events of one transaction share occurred_at,
@@ -168,19 +231,19 @@ def _list_page(keyset: bool, unread_only: bool) -> Compiled:
         .limit(1)
         .lateral("content")
     )
+    item = item_json(
+        public_id=r.c.public_id,
+        kind=e.c.kind,
+        category=e.c.category,
+        priority=e.c.priority,
+        title=content.c.rendered_title,
+        body=content.c.rendered_body,
+        action_url=e.c.action_url,
+        occurred_at=r.c.occurred_at,
+        read_at=r.c.read_at,
+    )
     stmt = (
-        select(
-            r.c.id,
-            r.c.public_id,
-            e.c.kind,
-            e.c.category,
-            e.c.priority,
-            content.c.rendered_title,
-            content.c.rendered_body,
-            e.c.action_url,
-            r.c.occurred_at,
-            r.c.read_at,
-        )
+        select(r.c.id, r.c.occurred_at, item.label("item"))
         .select_from(r.join(e, e.c.id == r.c.event_id).outerjoin(content, true()))
         .where(_visible())
         .order_by(r.c.occurred_at.desc(), r.c.id.desc())
@@ -221,24 +284,10 @@ async def list_page(
     limit: int,
     after: tuple[datetime, int] | None,
     unread_only: bool,
-) -> list[CentreRow]:
+) -> list[PageRow]:
     compiled = _list_page(after is not None, unread_only)
     result = await compiled.rows(conn, _list_params(actor, limit, after))
-    return [
-        CentreRow(
-            recipient_id=row[0],
-            public_id=row[1],
-            kind=row[2],
-            category=row[3],
-            priority=row[4],
-            title=row[5],
-            body=row[6],
-            action_url=row[7],
-            occurred_at=row[8],
-            read_at=row[9],
-        )
-        for row in result
-    ]
+    return [PageRow(recipient_id=row[0], occurred_at=row[1], item=row[2]) for row in result]
 
 
 # The unread count stops at this many rows: a badge shows "99+" from here (see count_unread).

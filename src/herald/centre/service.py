@@ -23,8 +23,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald.auth.service import Actor
 from herald.centre import queries
 from herald.centre.schemas import (
-    NotificationItem,
-    NotificationPage,
     ReadAllResult,
     ReadReceipt,
     UnreadCount,
@@ -116,7 +114,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
 
 async def list_notifications(
     conn: AsyncConnection, actor: Actor, params: ListParams
-) -> tuple[list[queries.CentreRow], str | None]:
+) -> tuple[list[queries.PageRow], str | None]:
     """One page of the caller's visible items, newest first, and the cursor of the next page
     (None on the last)."""
     # One extra row says whether another page follows, without a count.
@@ -132,52 +130,11 @@ async def list_notifications(
     return page, next_cursor
 
 
-def page_model(page: list[queries.CentreRow], next_cursor: str | None) -> NotificationPage:
-    """The page as its published model (NotificationPage, what the OpenAPI describes)."""
-    return NotificationPage(
-        items=[
-            NotificationItem(
-                id=row.public_id,
-                kind=row.kind,
-                category=row.category,
-                priority=row.priority,
-                title=row.title,
-                body=row.body,
-                action_url=row.action_url,
-                occurred_at=row.occurred_at,
-                read_at=row.read_at,
-            )
-            for row in page
-        ],
-        next_cursor=next_cursor,
-    )
-
-
-def page_json(page: list[queries.CentreRow], next_cursor: str | None) -> bytes:
-    """The same JSON bytes as `page_model(...).model_dump_json(by_alias=True)`, written by
-    pydantic-core from plain dicts: on the busiest route, building and dumping twenty models
-    costs about 90 µs more than the dicts (a tenth of the request). Every value comes typed from
-    PostgreSQL through the centre's own statement; tests/unit/test_centre_page_json.py holds the
-    two outputs equal, so the published model stays the contract."""
-    return to_json(
-        {
-            "items": [
-                {
-                    "id": row.public_id,
-                    "kind": row.kind,
-                    "category": row.category,
-                    "priority": row.priority,
-                    "title": row.title,
-                    "body": row.body,
-                    "actionUrl": row.action_url,
-                    "occurredAt": row.occurred_at,
-                    "readAt": row.read_at,
-                }
-                for row in page
-            ],
-            "nextCursor": next_cursor,
-        }
-    )
+def page_json(page: list[queries.PageRow], next_cursor: str | None) -> bytes:
+    """NotificationPage's JSON (what the OpenAPI publishes): the items as PostgreSQL wrote them
+    (queries.item_json, held byte-equal to NotificationItem's own JSON by a test), joined."""
+    items = ",".join(row.item for row in page)
+    return b'{"items":[' + items.encode() + b'],"nextCursor":' + to_json(next_cursor) + b"}"
 
 
 async def unread_count(conn: AsyncConnection, actor: Actor) -> UnreadCount:
