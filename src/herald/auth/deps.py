@@ -22,6 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from herald.auth import service as auth
 from herald.config import Settings
 from herald.db import tenancy
+from herald.db.compiled import Driver
+from herald.db.engine import driver_transaction
 from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
 from herald.ratelimit import RateLimits, enforce, parse_limit
@@ -191,14 +193,15 @@ ActorClaimsDep = Annotated[auth.ActorClaims, Depends(actor_claims)]
 @asynccontextmanager
 async def actor_transaction(
     request: Request, claims: auth.ActorClaims
-) -> AsyncIterator[tuple[AsyncConnection, auth.Actor]]:
+) -> AsyncIterator[tuple[Driver, auth.Actor]]:
     """`current_actor` and `transaction` in one transaction and one statement fewer: the person
     and role liveness check is the statement that enters the tenant (auth.live_actor), then the
     per-person rate limit (R-SEC-14), then the route's own statements under row-level security.
     Two round trips fewer than the two transactions apart (a BEGIN and a COMMIT), and one pool
-    checkout instead of two."""
+    checkout instead of two. The transaction is the pooled connection's own psycopg one
+    (db.engine.driver_transaction): every statement of these routes runs on psycopg's cursor."""
     app_state = state(request)
-    async with app_state.engine.begin() as conn:
+    async with driver_transaction(app_state.engine) as conn:
         actor = await auth.live_actor(conn, claims, enter_tenant=True)
         await enforce(
             app_state.rate_limits,

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.db import schema as s
 from herald.db import tenancy
-from herald.db.compiled import Compiled
+from herald.db.compiled import Compiled, Driver
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _actor_lookup(enter_tenant: bool) -> Compiled:
 
 
 async def find_actor(
-    conn: AsyncConnection,
+    conn: AsyncConnection | Driver,
     tenant_id: str,
     external_id: str,
     role_code: str | None,

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald import vocabulary
 from herald.auth import queries
 from herald.config import Settings
+from herald.db.compiled import Driver
 from herald.errors import (
     ConfigurationError,
     Conflict,
@@ -323,7 +324,7 @@ async def verify_actor_token(settings: Settings, token: str) -> ActorClaims:
 
 
 async def live_actor(
-    conn: AsyncConnection, claims: ActorClaims, *, enter_tenant: bool = False
+    conn: AsyncConnection | Driver, claims: ActorClaims, *, enter_tenant: bool = False
 ) -> Actor:
     """The Actor behind verified claims, read now: a deleted or unknown person is refused. With
     `enter_tenant`, the same statement enters the claims' tenant (queries.find_actor)."""

@@ -41,7 +41,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from herald.auth.service import Actor
 from herald.db import schema as s
-from herald.db.compiled import Compiled
+from herald.db.compiled import Compiled, Driver
 
 r = s.notification_recipient
 e = s.notification_event
@@ -278,7 +278,7 @@ def list_page_statement(
 
 
 async def list_page(
-    conn: AsyncConnection,
+    conn: AsyncConnection | Driver,
     actor: Actor,
     *,
     limit: int,
@@ -312,7 +312,7 @@ def unread_count_statement(actor: Actor) -> ClauseElement:
     return _unread_count().statement.params(actor_params(actor))
 
 
-async def count_unread(conn: AsyncConnection, actor: Actor) -> int:
+async def count_unread(conn: AsyncConnection | Driver, actor: Actor) -> int:
     """The visible unread rows: exact below UNREAD_COUNT_CAP; UNREAD_COUNT_CAP means at least
     that many."""
     [(count,)] = await _unread_count().rows(conn, actor_params(actor))
@@ -330,7 +330,7 @@ def _mark_read() -> Compiled:
 
 
 async def mark_read(
-    conn: AsyncConnection, actor: Actor, public_id: UUID
+    conn: AsyncConnection | Driver, actor: Actor, public_id: UUID
 ) -> tuple[UUID, datetime] | None:
     """Mark one visible row read, keeping an earlier read time (R-CENTRE-15, R-CENTRE-22).
 
@@ -341,9 +341,9 @@ async def mark_read(
     return (rows[0][0], rows[0][1]) if rows else None
 
 
-async def mark_all_read(conn: AsyncConnection, actor: Actor) -> int:
+async def mark_all_read(conn: AsyncConnection | Driver, actor: Actor) -> int:
     """Mark every visible unread row read; the count of rows this call changed (R-CENTRE-23)."""
-    return (await _mark_all_read().execute(conn, actor_params(actor))).rowcount
+    return await _mark_all_read().rowcount(conn, actor_params(actor))
 
 
 @functools.cache

@@ -27,6 +27,7 @@ from herald.centre.schemas import (
     ReadReceipt,
     UnreadCount,
 )
+from herald.db.compiled import Driver
 from herald.errors import (
     CursorInvalid,
     NotificationNotFound,
@@ -113,7 +114,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
 
 
 async def list_notifications(
-    conn: AsyncConnection, actor: Actor, params: ListParams
+    conn: AsyncConnection | Driver, actor: Actor, params: ListParams
 ) -> tuple[list[queries.PageRow], str | None]:
     """One page of the caller's visible items, newest first, and the cursor of the next page
     (None on the last)."""
@@ -137,12 +138,14 @@ def page_json(page: list[queries.PageRow], next_cursor: str | None) -> bytes:
     return b'{"items":[' + items.encode() + b'],"nextCursor":' + to_json(next_cursor) + b"}"
 
 
-async def unread_count(conn: AsyncConnection, actor: Actor) -> UnreadCount:
+async def unread_count(conn: AsyncConnection | Driver, actor: Actor) -> UnreadCount:
     count = await queries.count_unread(conn, actor)
     return UnreadCount(count=count, capped=count >= queries.UNREAD_COUNT_CAP)
 
 
-async def mark_read(conn: AsyncConnection, actor: Actor, notification_id: str) -> ReadReceipt:
+async def mark_read(
+    conn: AsyncConnection | Driver, actor: Actor, notification_id: str
+) -> ReadReceipt:
     """Mark one item read; 404 for anything the caller cannot see, never 403 (R-CENTRE-16)."""
     try:
         public_id = UUID(notification_id)
@@ -154,5 +157,5 @@ async def mark_read(conn: AsyncConnection, actor: Actor, notification_id: str) -
     return ReadReceipt(id=marked[0], read_at=marked[1])
 
 
-async def mark_all_read(conn: AsyncConnection, actor: Actor) -> ReadAllResult:
+async def mark_all_read(conn: AsyncConnection | Driver, actor: Actor) -> ReadAllResult:
     return ReadAllResult(updated=await queries.mark_all_read(conn, actor))

@@ -14,12 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from sqlalchemy import CursorResult
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ClauseElement
 
 DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
+
+# A pooled connection's own psycopg connection, in a transaction a caller runs itself
+# (herald.db.engine.driver_transaction).
+Driver = psycopg.AsyncConnection[Any]
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,9 @@ class Compiled:
     async def execute(self, conn: AsyncConnection, params: dict[str, Any]) -> CursorResult[Any]:
         return await conn.exec_driver_sql(self.sql, self.defaults | params)
 
-    async def rows(self, conn: AsyncConnection, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    async def rows(
+        self, conn: AsyncConnection | Driver, params: dict[str, Any]
+    ) -> list[tuple[Any, ...]]:
         """Every row, as plain tuples, straight from psycopg's cursor on the connection's own
         driver connection, in its transaction.
 
@@ -49,9 +56,22 @@ class Compiled:
         driver-level statement, so the values are the same. psycopg starts the transaction
         SQLAlchemy began (its implicit BEGIN, as for any first statement), and an error reaches
         the route as psycopg's own (herald.runtime.outages reads both); the transaction's
-        rollback then goes through SQLAlchemy, which replaces a connection that broke."""
-        raw = await conn.get_raw_connection()
-        driver: Any = raw.driver_connection
+        rollback then goes through SQLAlchemy, which replaces a connection that broke. Given a
+        psycopg connection (a Driver), the statement runs on it as it is."""
+        driver = conn if isinstance(conn, psycopg.AsyncConnection) else await _driver(conn)
         async with driver.cursor() as cursor:
             await cursor.execute(self.sql, self.defaults | params)
             return await cursor.fetchall() if cursor.description is not None else []
+
+    async def rowcount(self, conn: AsyncConnection | Driver, params: dict[str, Any]) -> int:
+        """How many rows the statement changed, run as `rows` runs it."""
+        driver = conn if isinstance(conn, psycopg.AsyncConnection) else await _driver(conn)
+        async with driver.cursor() as cursor:
+            await cursor.execute(self.sql, self.defaults | params)
+            return cursor.rowcount
+
+
+async def _driver(conn: AsyncConnection) -> Driver:
+    raw = await conn.get_raw_connection()
+    driver: Driver = raw.driver_connection  # type: ignore[assignment]
+    return driver
