@@ -192,8 +192,9 @@ async def driver_transaction(engine: AsyncEngine) -> AsyncIterator[Driver]:
     the pool, its bound and its checkout ping (`ping_after_idle`) are the same ones.
 
     psycopg begins the transaction with the first statement; the block's end commits it; any
-    error rolls it back, and a connection that broke (or whose rollback failed) is invalidated,
-    so the pool never hands it out again, before the error goes on to the route."""
+    error rolls it back, and a connection that broke (or whose rollback failed) is invalidated
+    with every connection opened before it, as SQLAlchemy does on a disconnect, before the
+    error goes on to the route."""
     fairy = await engine.raw_connection()
     driver: Driver = fairy.driver_connection  # type: ignore[assignment]
     invalidated = False
@@ -202,7 +203,10 @@ async def driver_transaction(engine: AsyncEngine) -> AsyncIterator[Driver]:
         await driver.commit()
     except BaseException as exc:
         if not await _rolled_back(driver):
-            await greenlet_spawn(fairy.invalidate, exc)
+            # What SQLAlchemy's own Connection does on a disconnect: this connection is
+            # discarded, and every other one opened before now is replaced at its next checkout
+            # (whatever broke this one, a restart or a failover, most likely broke them too).
+            await greenlet_spawn(engine.sync_engine.pool._invalidate, fairy, exc)
             invalidated = True
         raise
     finally:
