@@ -65,3 +65,43 @@ def test_the_delivery_statements_share_one_outbox() -> None:
         assert "INSERT INTO webhook_message" in statements[name]
         assert "INSERT INTO dead_letter" in statements[name]
     assert path.read_text().count("INSERT INTO webhook_message") == 1
+
+
+def test_an_included_files_fragments_are_usable(tmp_path: Path) -> None:
+    (tmp_path / "shared.sql").write_text("-- fragment: one\n1\n", encoding="utf-8")
+    statements = sqlfile.load_text(
+        write(tmp_path, "-- include: shared.sql\n\n-- name: a\nSELECT {{one}}")
+    )
+    assert statements == {"a": "SELECT 1"}
+
+
+@pytest.mark.parametrize(
+    ("shared", "source", "message"),
+    [
+        ("-- name: s\nSELECT 1", "-- include: shared.sql\n-- name: a\nSELECT 1", "only"),
+        ("-- fragment: one\n1", "-- include: shared.sql\n-- fragment: one\n2", "twice"),
+        ("-- include: x.sql\n-- fragment: one\n1", "-- include: shared.sql", "includes nothing"),
+    ],
+)
+def test_an_include_holds_fragments_only_and_names_stay_unique(
+    tmp_path: Path, shared: str, source: str, message: str
+) -> None:
+    (tmp_path / "shared.sql").write_text(shared, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        sqlfile.load_text(write(tmp_path, source))
+
+
+def test_one_delivery_webhook_payload_for_outcomes_reclaims_and_receipts() -> None:
+    """The payload of delivery.<status> is written once (webhooks/payloads.sql) and put into the
+    worker's two ending statements and the receipts' emit_for_deliveries."""
+    src = Path(sqlfile.__file__).parent.parent
+    delivery = sqlfile.load_text(src / "delivery" / "queries.sql")
+    webhooks = sqlfile.load_text(src / "webhooks" / "queries.sql")
+    for sql in (
+        delivery["record_outcomes"],
+        delivery["reclaim_expired_leases"],
+        webhooks["emit_for_deliveries"],
+    ):
+        assert "'deliveryId', dv.public_id, 'eventId', ev.public_id" in sql
+    for path in (src / "delivery" / "queries.sql", src / "webhooks" / "queries.sql"):
+        assert "'deliveryId'" not in path.read_text()

@@ -1,3 +1,5 @@
+-- include: ../webhooks/payloads.sql
+
 -- fragment: ended_outbox
 -- The outbox of a statement whose CTE `ended` returns (id, public_id, tenant_id, channel, status,
 -- attempts, last_error, event_id) of deliveries it just ended: delivery.sent / delivery.dead to
@@ -5,19 +7,13 @@
 -- a dead row's dead letter, in the same statement. record_outcomes and reclaim_expired_leases.
 hooks AS (
     INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
-    SELECT ended.tenant_id, w.id, 'delivery.' || ended.status,
-           jsonb_build_object(
-               'type', 'delivery.' || ended.status,
-               'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'data', jsonb_strip_nulls(jsonb_build_object(
-                   'deliveryId', ended.public_id, 'eventId', e.public_id, 'kind', e.kind,
-                   'channel', ended.channel, 'status', ended.status, 'attempts', ended.attempts,
-                   'errorCode', split_part(ended.last_error, ' ', 1))))
-      FROM ended
-      JOIN webhook_endpoint w ON w.tenant_id = ended.tenant_id AND w.enabled
-                             AND ('delivery.' || ended.status) = ANY(w.event_types)
-      JOIN notification_event e ON e.id = ended.event_id
-     WHERE ended.status IN ('sent', 'dead')
+    SELECT dv.tenant_id, w.id, 'delivery.' || dv.status,
+           {{delivery_payload}}
+      FROM ended dv
+      JOIN webhook_endpoint w ON w.tenant_id = dv.tenant_id AND w.enabled
+                             AND ('delivery.' || dv.status) = ANY(w.event_types)
+      JOIN notification_event ev ON ev.id = dv.event_id
+     WHERE dv.status IN ('sent', 'dead')
 ), letters AS (
     INSERT INTO dead_letter (tenant_id, queue_name, job_name, job_id, payload_ref, attempts, last_error)
     SELECT ended.tenant_id, 'notification.' || ended.channel, 'channel_send', ended.public_id::text,

@@ -1,3 +1,5 @@
+-- include: payloads.sql
+
 -- name: emit
 -- The transactional outbox: one message per enabled endpoint of the tenant subscribed to the
 -- event type, written in the caller's transaction, so the message exists exactly when the state
@@ -16,19 +18,13 @@ SELECT w.tenant_id, w.id, CAST(:event_type AS text),
 -- delivery.<status> for the given deliveries of one tenant (a receipt moving them to delivered
 -- or bounced): the same outbox as `emit`, one statement for the whole batch.
 INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload)
-SELECT d.tenant_id, w.id, 'delivery.' || d.status,
-       jsonb_build_object(
-           'type', 'delivery.' || d.status,
-           'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           'data', jsonb_strip_nulls(jsonb_build_object(
-               'deliveryId', d.public_id, 'eventId', e.public_id, 'kind', e.kind,
-               'channel', d.channel, 'status', d.status, 'attempts', d.attempts,
-               'errorCode', split_part(d.last_error, ' ', 1))))
-  FROM notification_delivery d
-  JOIN notification_event e ON e.id = d.event_id
-  JOIN webhook_endpoint w ON w.tenant_id = d.tenant_id AND w.enabled
-                         AND ('delivery.' || d.status) = ANY(w.event_types)
- WHERE d.tenant_id = :tenant_id AND d.id = ANY(CAST(:ids AS bigint[]));
+SELECT dv.tenant_id, w.id, 'delivery.' || dv.status,
+       {{delivery_payload}}
+  FROM notification_delivery dv
+  JOIN notification_event ev ON ev.id = dv.event_id
+  JOIN webhook_endpoint w ON w.tenant_id = dv.tenant_id AND w.enabled
+                         AND ('delivery.' || dv.status) = ANY(w.event_types)
+ WHERE dv.tenant_id = :tenant_id AND dv.id = ANY(CAST(:ids AS bigint[]));
 
 -- name: claim_due_messages
 -- Claim due queued messages (every tenant; ids and tenants only, as the delivery claim does):
