@@ -18,9 +18,11 @@ or free text.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -103,8 +105,34 @@ def registry() -> CollectorRegistry:
     from prometheus_client import multiprocess as mp
 
     collected = CollectorRegistry()
-    mp.MultiProcessCollector(collected)  # type: ignore[no-untyped-call]
+    collected.register(settled_collector(mp.MultiProcessCollector)(None))
     return collected
+
+
+# A file shorter than this holds no figure yet: prometheus_client's header is 8 bytes.
+_HEADER_BYTES = 8
+
+
+def settled_collector(base: type[Any]) -> type[Any]:
+    """prometheus_client's MultiProcessCollector, leaving out the files another process has
+    created but not yet sized. A process's first figure of a kind creates its file empty and
+    then grows it to its initial size; a scrape that read it in between failed as a whole
+    (struct.error on a zero-byte buffer), so GET /metrics answered 500 while a worker started.
+    A file left out now is read by the next scrape, once sized."""
+
+    class SettledFiles(base):  # type: ignore[misc]
+        def collect(self) -> Any:
+            files = [f for f in glob.glob(os.path.join(self._path, "*.db")) if _sized(f)]
+            return self.merge(files, accumulate=True)
+
+    return SettledFiles
+
+
+def _sized(path: str) -> bool:
+    try:
+        return os.path.getsize(path) >= _HEADER_BYTES
+    except FileNotFoundError:  # a live gauge's file, removed as its process ended
+        return False
 
 
 def render() -> bytes:
