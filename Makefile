@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: dev test lint fmt unit bench clean
 
@@ -36,8 +37,13 @@ unit: $(STAMP)
 ## Benchmarks print figures beside a baseline measured in the same run (never pass/fail).
 bench: bench-fanout bench-delivery bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks
 
-bench-%: $(STAMP)
+bench-%: $(BENCH_STAMP)
 	$(BIN)/python bench/$*.py
+
+# The benches' extras (a peer queue, a profiler) on top of the test environment.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV) .herald .pytest_cache .mypy_cache .ruff_cache

@@ -336,8 +336,10 @@ async def spy(port: int, tokens: list[str], args: argparse.Namespace) -> None:
     """py-spy's on-CPU samples of the API process while the list runs at concurrency: the share
     of each SPY_FRAMES entry (inclusive), and the heaviest functions by their own samples."""
     raw = Path(tempfile.gettempdir()) / f"herald-bench-spy-{uuid.uuid4().hex[:6]}.txt"
+    # py-spy of this environment (`make bench` installs it), else one on PATH.
+    beside = Path(sys.executable).with_name("py-spy")
     spy_proc = await asyncio.create_subprocess_exec(
-        "py-spy",
+        str(beside) if beside.exists() else "py-spy",
         "record",
         "--format",
         "raw",
