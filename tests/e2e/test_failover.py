@@ -235,6 +235,12 @@ async def test_failover_under_load_loses_nothing_and_answers_503_not_500(
                 assert time.monotonic() < deadline, worker.describe()
                 await asyncio.sleep(0.05)
 
+            # The switch starts from a stable pair: a primary whose secondary is in sync. On a
+            # loaded machine the monitor can briefly mark the secondary unhealthy, and the
+            # primary then commits without waiting for it (wait_primary); a switch from there
+            # can promote a node that lacks commits already acknowledged to the worker, which
+            # no client can make up for (a CI run saw it: sends re-done with no lease reclaimed).
+            await asyncio.to_thread(cluster.wait_until_stable)
             # The switch. The watcher on the node being promoted timestamps its first claim.
             switched_at = datetime.now(UTC)
             sent_before = len(handler.received)
@@ -313,7 +319,9 @@ async def test_failover_under_load_loses_nothing_and_answers_503_not_500(
             assert status == "sent", (public_id, status)
         duplicated = {public_id: n for public_id, n in received.items() if n > 1}
         for public_id, n in duplicated.items():
-            assert by_id[public_id][1] >= 1, (public_id, n)  # its lease was reclaimed
+            # its lease was reclaimed (else the promoted node lost acknowledged commits: the
+            # monitor's events say how the switch went)
+            assert by_id[public_id][1] >= 1, (public_id, n, cluster.events())
         held_at_once = LOOPS_PER_CHANNEL * BATCH_LIMIT["email"]
         assert len(duplicated) <= held_at_once, len(duplicated)
 
