@@ -582,6 +582,26 @@ async def profile_run(url: str, settings: Settings, tokens: list[str], requests:
 # --- main ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BenchDatabase:
+    """A database of the bench's own on the bench server (or the embedded one), and the JWT
+    settings its API runs with."""
+
+    server: str
+    name: str
+    url: str
+    secret: str
+    settings: Settings
+
+    @classmethod
+    def create(cls, database_url: str | None, prefix: str) -> BenchDatabase:
+        server = database_url or embedded.start(ROOT / ".herald" / "bench")
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        url = create_database(server, name)
+        secret = secrets.token_urlsafe(32)
+        return cls(server, name, url, secret, Settings(database_url=url, jwt_secret=secret))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -605,11 +625,14 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    server = args.database_url or embedded.start(ROOT / ".herald" / "bench")
-    name = f"herald_bench_{uuid.uuid4().hex[:8]}"
-    url = create_database(server, name)
-    secret = secrets.token_urlsafe(32)
-    settings = Settings(database_url=url, jwt_secret=secret)
+    bench = BenchDatabase.create(args.database_url, "herald_bench")
+    server, name, url, secret, settings = (
+        bench.server,
+        bench.name,
+        bench.url,
+        bench.secret,
+        bench.settings,
+    )
     proc: subprocess.Popen[bytes] | None = None
     try:
         migrate.upgrade(url)

@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +31,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import create_database, drop_database  # noqa: E402
+from tests.conftest import drop_database  # noqa: E402
 from tests.e2e.harness import free_port  # noqa: E402
 
 from bench import api as B  # noqa: E402
-from herald.config import Settings  # noqa: E402
-from herald.db import embedded, migrate  # noqa: E402
+from herald.db import migrate  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
 
 
@@ -64,11 +61,8 @@ def main() -> None:
     parser.add_argument("--paths", default="list,unread,healthz")
     args = parser.parse_args()
 
-    server = args.database_url or embedded.start(ROOT / ".herald" / "bench")
-    name = f"herald_ab_{uuid.uuid4().hex[:8]}"
-    url = create_database(server, name)
-    secret = secrets.token_urlsafe(32)
-    settings = Settings(database_url=url, jwt_secret=secret)
+    bench = B.BenchDatabase.create(args.database_url, "herald_ab")
+    url, secret = bench.url, bench.secret
     parent = Path(tempfile.mkdtemp(prefix="herald-ab-"))
     trees = {"A": worktree(parent, "a", args.base), "B": worktree(parent, "b", args.head)}
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -79,7 +73,7 @@ def main() -> None:
             B.seed_inbox(conn, tenant, per_person=30, heavy=(), heavy_rows=30)
             conn.commit()
         B.vacuum(url)
-        tokens = B.tokens_for(settings, tenant, subjects)
+        tokens = B.tokens_for(bench.settings, tenant, subjects)
         ports = {}
         for label, tree in trees.items():
             os.environ["PYTHONPATH"] = str(tree / "src")
@@ -120,7 +114,7 @@ def main() -> None:
     finally:
         for proc in procs.values():
             B.stop_process(proc)
-        drop_database(server, name)
+        drop_database(bench.server, bench.name)
         for tree in trees.values():
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False

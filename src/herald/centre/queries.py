@@ -52,14 +52,14 @@ d = s.notification_delivery
 UNPRIVILEGED_SCOPES = ("guardian", "student")
 
 
-def _constant(value: str) -> ColumnElement[Any]:
+def _constant(value: str) -> ColumnElement[str]:
     """A constant written into the SQL text, never bound: the values that select a partial index
     (`channel = 'in_app' AND status = 'delivered'`) must be visible to the planner in a generic
     plan too (psycopg prepares a statement after a few executions, and PostgreSQL then plans it
     once for any parameter; a bound channel could not use notification_delivery_inbox_idx)."""
     if "'" in value:
         raise ValueError(f"not a plain constant: {value!r}")
-    return literal_column(f"'{value}'")
+    return literal_column(f"'{value}'", Text)
 
 
 # The caller's identity as bind parameters: every statement below is built once per process
@@ -146,33 +146,27 @@ class PageRow:
     item: str
 
 
-def _text_constant(value: str) -> ColumnElement[str]:
-    if "'" in value:
-        raise ValueError(f"not a plain constant: {value!r}")
-    return literal_column(f"'{value}'", Text)
-
-
 def _json_string(value: ColumnElement[Any]) -> ColumnElement[str]:
     """A text value as a JSON string, or null. PostgreSQL's escaping is pydantic-core's: the
     seven short escapes, other control characters as lowercase \\u00xx, everything else as is."""
-    return func.coalesce(cast(func.to_json(value), Text), _text_constant("null"))
+    return func.coalesce(cast(func.to_json(value), Text), _constant("null"))
 
 
 def _json_timestamp(value: ColumnElement[datetime]) -> ColumnElement[str]:
     """A timestamptz as pydantic-core writes an aware UTC datetime: seconds, then the six digits
     of the microseconds only when there are any, then Z; or null."""
-    utc = func.timezone(_text_constant("UTC"), value)
+    utc = func.timezone(_constant("UTC"), value)
     fraction = case(
-        (func.date_trunc(_text_constant("second"), value) == value, _text_constant("")),
-        else_=func.to_char(utc, _text_constant(".US")),
+        (func.date_trunc(_constant("second"), value) == value, _constant("")),
+        else_=func.to_char(utc, _constant(".US")),
     )
     stamp = (
-        _text_constant('"')
-        + func.to_char(utc, _text_constant('YYYY-MM-DD"T"HH24:MI:SS'))
+        _constant('"')
+        + func.to_char(utc, _constant('YYYY-MM-DD"T"HH24:MI:SS'))
         + fraction
-        + _text_constant('Z"')
+        + _constant('Z"')
     )
-    return func.coalesce(stamp, _text_constant("null"))
+    return func.coalesce(stamp, _constant("null"))
 
 
 def item_json(
@@ -194,7 +188,7 @@ def item_json(
     API process, which is what an inbox request waits on, decodes three values a row instead of
     ten and serialises nothing, and PostgreSQL does the formatting on its own core."""
     fields: list[tuple[str, ColumnElement[str]]] = [
-        ("id", _text_constant('"') + cast(public_id, Text) + _text_constant('"')),
+        ("id", _constant('"') + cast(public_id, Text) + _constant('"')),
         ("kind", _json_string(kind)),
         ("category", _json_string(category)),
         ("priority", _json_string(priority)),
@@ -204,10 +198,10 @@ def item_json(
         ("occurredAt", _json_timestamp(occurred_at)),
         ("readAt", _json_timestamp(read_at)),
     ]
-    out: ColumnElement[str] = _text_constant("{")
+    out: ColumnElement[str] = _constant("{")
     for index, (name, value) in enumerate(fields):
-        out = out + _text_constant(("," if index else "") + f'"{name}":') + value
-    return out + _text_constant("}")
+        out = out + _constant(("," if index else "") + f'"{name}":') + value
+    return out + _constant("}")
 
 
 @functools.cache

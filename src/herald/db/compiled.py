@@ -58,20 +58,21 @@ class Compiled:
         the route as psycopg's own (herald.runtime.outages reads both); the transaction's
         rollback then goes through SQLAlchemy, which replaces a connection that broke. Given a
         psycopg connection (a Driver), the statement runs on it as it is."""
-        driver = conn if isinstance(conn, psycopg.AsyncConnection) else await _driver(conn)
-        async with driver.cursor() as cursor:
+        async with (await _driver(conn)).cursor() as cursor:
             await cursor.execute(self.sql, self.defaults | params)
             return await cursor.fetchall() if cursor.description is not None else []
 
     async def rowcount(self, conn: AsyncConnection | Driver, params: dict[str, Any]) -> int:
         """How many rows the statement changed, run as `rows` runs it."""
-        driver = conn if isinstance(conn, psycopg.AsyncConnection) else await _driver(conn)
-        async with driver.cursor() as cursor:
+        async with (await _driver(conn)).cursor() as cursor:
             await cursor.execute(self.sql, self.defaults | params)
             return cursor.rowcount
 
 
-async def _driver(conn: AsyncConnection) -> Driver:
+async def _driver(conn: AsyncConnection | Driver) -> Driver:
+    """The psycopg connection itself: given, or the one under SQLAlchemy's connection."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return conn
     raw = await conn.get_raw_connection()
     driver: Driver = raw.driver_connection  # type: ignore[assignment]
     return driver

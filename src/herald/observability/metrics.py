@@ -18,6 +18,7 @@ or free text.
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
@@ -113,6 +114,7 @@ def registry() -> CollectorRegistry:
 _HEADER_BYTES = 8
 
 
+@functools.cache
 def settled_collector(base: type[Any]) -> type[Any]:
     """prometheus_client's MultiProcessCollector, leaving out the files another process has
     created but not yet sized. A process's first figure of a kind creates its file empty and
