@@ -234,7 +234,12 @@ def _database_answered(*_: object) -> None:
 
 
 def _routers() -> list[APIRouter]:
-    """Every stage's router, assembled in one place so the route table reads top to bottom."""
+    """Every stage's router, assembled in one place so the route table reads top to bottom.
+
+    The end user's inbox comes first: FastAPI tries the routers in this order on every request,
+    and each router tried before the matching one cost the inbox ~9 µs (46 µs a request from
+    sixth place, a twentieth of a list request's whole cost in the API process). No two routers
+    serve the same path, so the order decides nothing else."""
     from herald.admin.dead_letters import routes as admin_dead_letters
     from herald.admin.history import routes as admin_history
     from herald.admin.templates import routes as admin_templates
@@ -257,12 +262,12 @@ def _routers() -> list[APIRouter]:
     from herald.widget import routes as widget
 
     return [
+        centre.router,
         sending.router,
         widget.router,
         followups.router,
         directory.router,
         secrets.router,
-        centre.router,
         realtime.router,
         observability.router,
         preferences.router,
