@@ -3,7 +3,8 @@
 Every statement here is filtered by `_visible()` (`visible_to(actor)` with the caller's values),
 the one place the four access predicates live (R-CENTRE-5, R-CENTRE-18): the centre's routes need
 no permission, so this WHERE clause is the only access control there is, and no query may build
-its own.
+its own. (The list takes the fourth predicate, a delivered in-app delivery, as the join that
+fetches that delivery's words: the same `_delivered_in_app()` condition, one probe instead of two.)
 
 The statements are built and compiled once per process; a request supplies only its values. The
 constants that select a partial index are written into the SQL text (see `_constant`).
@@ -73,9 +74,20 @@ def actor_params(actor: Actor) -> dict[str, Any]:
     return {"tenant_id": actor.tenant_id, "person_id": actor.person_id, "role_id": actor.role_id}
 
 
-def _visible() -> ColumnElement[bool]:
+def _delivered_in_app() -> ColumnElement[bool]:
+    """The delivery row `d` is recipient `r`'s in-app delivery, delivered (predicate 4 below)."""
+    return and_(
+        d.c.recipient_id == r.c.id,
+        d.c.channel == _constant("in_app"),
+        d.c.status == _constant("delivered"),
+    )
+
+
+def _visible(*, delivered_in_app: bool = True) -> ColumnElement[bool]:
     """The recipient rows the caller (TENANT, PERSON, ROLE) may see, list, count and mark read:
-    all four predicates at once."""
+    all four predicates at once. Without `delivered_in_app` the fourth is left to the caller,
+    which must join the row to a delivery matching `_delivered_in_app()` (the list does: the
+    newest such row carries the words, so one probe both decides and fetches them)."""
     # 1. Ownership (R-CENTRE-6, R-CENTRE-21).
     owned = and_(r.c.tenant_id == TENANT, r.c.user_id == PERSON)
 
@@ -118,17 +130,10 @@ def _visible() -> ColumnElement[bool]:
 
     # 4. Delivered in-app (Herald's decision 6, stricter than R-CENTRE-10 and R-CENTRE-17): email-
     # or SMS-only rows, suppressed rows and failed renders never reach the centre.
-    delivered_in_app = (
-        select(d.c.id)
-        .where(
-            d.c.recipient_id == r.c.id,
-            d.c.channel == _constant("in_app"),
-            d.c.status == _constant("delivered"),
-        )
-        .correlate(r)
-        .exists()
-    )
-    return and_(owned, in_active_role, staff_live, delivered_in_app)
+    if not delivered_in_app:
+        return and_(owned, in_active_role, staff_live)
+    delivered = select(d.c.id).where(_delivered_in_app()).correlate(r).exists()
+    return and_(owned, in_active_role, staff_live, delivered)
 
 
 def visible_to(actor: Actor) -> ColumnElement[bool]:
@@ -213,14 +218,13 @@ def _list_page(keyset: bool, unread_only: bool) -> Compiled:
     walks notification_recipient_centre_idx; two events of one transaction share occurred_at,
     so the id breaks the tie and no row is skipped or repeated across pages.
     """
-    # R-CENTRE-11: the newest delivered in-app row carries the words, so a replay wins.
+    # R-CENTRE-11: the newest delivered in-app row carries the words, so a replay wins. Joined
+    # (not left-joined), it is also the fourth visibility predicate: a row with no delivered
+    # in-app delivery has no content and is not listed, and each row costs one probe of
+    # notification_delivery_inbox_idx instead of two (an EXISTS and this lookup).
     content = (
         select(d.c.rendered_title, d.c.rendered_body)
-        .where(
-            d.c.recipient_id == r.c.id,
-            d.c.channel == _constant("in_app"),
-            d.c.status == _constant("delivered"),
-        )
+        .where(_delivered_in_app())
         .order_by(d.c.id.desc())
         .limit(1)
         .lateral("content")
@@ -238,8 +242,8 @@ def _list_page(keyset: bool, unread_only: bool) -> Compiled:
     )
     stmt = (
         select(r.c.id, r.c.occurred_at, item.label("item"))
-        .select_from(r.join(e, e.c.id == r.c.event_id).outerjoin(content, true()))
-        .where(_visible())
+        .select_from(r.join(e, e.c.id == r.c.event_id).join(content, true()))
+        .where(_visible(delivered_in_app=False))
         .order_by(r.c.occurred_at.desc(), r.c.id.desc())
         .limit(bindparam("limit", type_=Integer))
     )
