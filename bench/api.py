@@ -319,16 +319,20 @@ async def deep_cursors(port: int, tokens: Sequence[str], pages: int) -> list[str
 SPY_FRAMES = {
     "HTTP server (uvicorn, h11/httptools)": ("uvicorn/protocols",),
     "middleware: observability": ("ObservabilityMiddleware.__call__",),
+    "  of which metrics (prometheus_client)": ("prometheus_client/",),
     "FastAPI dependencies (JWT included)": ("solve_dependencies",),
     "JWT decode": ("PyJWT.decode", "decode_complete"),
     "endpoint": ("list_notifications (herald/centre/routes.py",),
-    "transaction: pool checkout, ping, BEGIN": ("AsyncEngine.begin", "AsyncConnection.__aenter__"),
+    "transaction (db.engine.driver_transaction)": ("driver_transaction",),
+    "  pool checkout (and its ping)": ("AsyncEngine.raw_connection",),
+    "  pool return": ("_ConnectionFairy.close", "_ConnectionFairy._checkin"),
+    "  COMMIT": ("AsyncConnection.commit (psycopg",),
     "liveness + tenant entry statement": ("live_actor",),
     "list statement (execute + fetch)": ("list_page (herald/centre/queries.py",),
-    "response model + cursor": ("list_notifications (herald/centre/service.py",),
-    "JSON serialisation": ("json_response",),
-    "COMMIT": ("AsyncTransaction.__aexit__", "AsyncTransaction.commit"),
-    "event loop (uvloop/asyncio)": ("run_until_complete", "run_forever"),
+    "service: list + cursor + page JSON": ("list_notifications (herald/centre/service.py",),
+    "page JSON (joined by page_json)": ("page_json",),
+    "psycopg, all of its Python": ("psycopg/",),
+    "  of which waiting for PostgreSQL": ("wait_async",),
 }
 
 

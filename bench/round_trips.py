@@ -1,0 +1,204 @@
+"""What one inbox list transaction costs the client process and the PostgreSQL backend, sent in
+six ways: the route's own, and five ways of sending the same statements in fewer messages.
+
+    .venv/bin/python bench/round_trips.py [--transactions 3000] [--rounds 2]
+
+The transaction is the list route's (GET /v1/me/notifications): BEGIN, the liveness check that
+enters the tenant (auth.queries's actor lookup: SET LOCAL ROLE herald_app and the tenant, as
+set_config calls in its select list), the first page of the list (centre.queries, 21 rows of
+JSON written by PostgreSQL), COMMIT. One psycopg connection on uvloop, the demo school with 30
+in-app rows per person; every way runs `--transactions` transactions after a warm-up, in
+`--rounds` rounds in turn, and prints the client's CPU (this process), the backend's CPU (from
+/proc, the same machine) and the wall time, each per transaction:
+
+  - route: what the route does today, four round trips on psycopg's prepared statements;
+  - pipeline, one sync: psycopg's pipeline mode, everything in one round trip (the route could
+    not do this: the list binds the person and role ids the liveness check returns);
+  - pipeline, two syncs: BEGIN + liveness, then list + COMMIT;
+  - simple, one message: one simple-protocol message with the values inlined (planned each time);
+  - EXECUTE, one message: the statements PREPAREd once on the connection, then one message of
+    BEGIN; EXECUTE …; EXECUTE …; COMMIT with the values inlined (the same list-binds caveat);
+  - EXECUTE, two messages: BEGIN + EXECUTE liveness, then EXECUTE list + COMMIT.
+
+The figures decide where a cut of the API's cost can come from; docs/performance.md (fourth
+pass) reads them. Uses HERALD_BENCH_DATABASE_URL or --database-url (the bench creates and drops
+its own database), else the embedded PostgreSQL under .herald/bench. Never part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import uvloop
+from psycopg import sql
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import drop_database  # noqa: E402
+
+from bench import api as B  # noqa: E402
+from herald.auth import queries as auth_queries  # noqa: E402
+from herald.auth.service import ActorClaims, live_actor  # noqa: E402
+from herald.centre import queries as centre_queries  # noqa: E402
+from herald.db import migrate  # noqa: E402
+from herald.db.compiled import Compiled  # noqa: E402
+from herald.db.engine import libpq_url  # noqa: E402
+
+Conn = psycopg.AsyncConnection[Any]
+# The same statements compiled with $1… placeholders, for PREPARE.
+NUMBERED = psycopg_dialect.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
+
+
+def backend_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Prepared:
+    """A Compiled statement PREPAREd by name on one connection, run with EXECUTE."""
+
+    def __init__(self, name: str, compiled: Compiled) -> None:
+        numbered = compiled.statement.compile(dialect=NUMBERED)
+        self.name = name
+        self.sql = str(numbered)
+        self.order = list(numbered.positiontup or [])
+        self.defaults = dict(numbered.params)
+
+    def execute(self, conn: Conn, params: dict[str, Any]) -> str:
+        values = self.defaults | params
+        literals = ",".join(sql.Literal(values[key]).as_string(conn) for key in self.order)
+        return f"EXECUTE {self.name}({literals})"
+
+
+async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespace) -> None:
+    conn: Conn = await psycopg.AsyncConnection.connect(libpq_url(url))
+    pid = conn.info.backend_pid
+    claims = [ActorClaims(tenant_id=tenant, subject=s, role_code=None) for s in subjects]
+    lookup = auth_queries._actor_lookup(True)
+    listing = centre_queries._list_page(False, False)
+    # The list's values for the non-route ways: the first person's (they cannot use the
+    # liveness check's answer before sending the list).
+    first = await live_actor(conn, claims[0], enter_tenant=True)
+    await conn.commit()
+    list_params = centre_queries._list_params(first, 21, None)
+
+    def lookup_params(i: int) -> dict[str, Any]:
+        claim = claims[i % len(claims)]
+        return {"tenant_id": claim.tenant_id, "external_id": claim.subject, "role_code": None}
+
+    async def route(i: int) -> None:
+        actor = await live_actor(conn, claims[i % len(claims)], enter_tenant=True)
+        await centre_queries.list_page(conn, actor, limit=20, after=None, unread_only=False)
+        await conn.commit()
+
+    async def pipeline_one(i: int) -> None:
+        async with conn.pipeline():
+            await conn.execute(lookup.sql, lookup.defaults | lookup_params(i))
+            cur = await conn.execute(listing.sql, listing.defaults | list_params)
+            await conn.commit()
+        await cur.fetchall()
+
+    async def pipeline_two(i: int) -> None:
+        async with conn.pipeline() as pipeline:
+            cur = await conn.execute(lookup.sql, lookup.defaults | lookup_params(i))
+            await pipeline.sync()
+            await cur.fetchall()
+            cur = await conn.execute(listing.sql, listing.defaults | list_params)
+            await conn.commit()
+        await cur.fetchall()
+
+    client_cursor = psycopg.AsyncClientCursor(conn)
+
+    async def simple_one(i: int) -> None:
+        a = client_cursor.mogrify(lookup.sql, lookup.defaults | lookup_params(i))
+        b = client_cursor.mogrify(listing.sql, listing.defaults | list_params)
+        await client_cursor.execute(f"BEGIN;{a};{b};COMMIT")
+        client_cursor.nextset()
+        client_cursor.nextset()
+        await client_cursor.fetchall()
+
+    p_lookup = Prepared("bench_lookup", lookup)
+    p_list = Prepared("bench_list", listing)
+    await conn.set_autocommit(True)
+    for prepared in (p_lookup, p_list):
+        await conn.execute(f"PREPARE {prepared.name} AS {prepared.sql}".replace("%", "%%"))
+
+    async def execute_one(i: int) -> None:
+        a = p_lookup.execute(conn, lookup_params(i))
+        b = p_list.execute(conn, list_params)
+        cur = conn.cursor()
+        await cur.execute(f"BEGIN;{a};{b};COMMIT".encode(), prepare=False)
+        cur.nextset()
+        cur.nextset()
+        await cur.fetchall()
+
+    async def execute_two(i: int) -> None:
+        cur = conn.cursor()
+        await cur.execute(f"BEGIN;{p_lookup.execute(conn, lookup_params(i))}".encode())
+        cur.nextset()
+        await cur.fetchall()
+        await cur.execute(f"{p_list.execute(conn, list_params)};COMMIT".encode())
+        await cur.fetchall()
+
+    ways: list[tuple[str, Callable[[int], Awaitable[None]], bool]] = [
+        ("route: 4 round trips, prepared by psycopg", route, False),
+        ("pipeline, one sync", pipeline_one, False),
+        ("pipeline, two syncs", pipeline_two, False),
+        ("simple, one message, values inlined", simple_one, True),
+        ("EXECUTE, one message", execute_one, True),
+        ("EXECUTE, two messages", execute_two, True),
+    ]
+    n = args.transactions
+    print(f"per list transaction, {n} transactions a run (client = this process):")
+    for round_ in range(args.rounds):
+        print(f" round {round_ + 1}")
+        for name, way, autocommit in ways:
+            await conn.set_autocommit(autocommit)
+            for i in range(200):
+                await way(i)
+            cpu, backend, wall = time.process_time(), backend_cpu(pid), time.perf_counter()
+            for i in range(n):
+                await way(i)
+            cpu = (time.process_time() - cpu) * 1e6 / n
+            backend = (backend_cpu(pid) - backend) * 1e6 / n
+            wall = (time.perf_counter() - wall) * 1e6 / n
+            print(
+                f"  {name:42} client CPU {cpu:5.0f} µs  backend CPU {backend:5.0f} µs  "
+                f"sum {cpu + backend:5.0f} µs  wall {wall:5.0f} µs"
+            )
+    await conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--database-url", default=os.environ.get("HERALD_BENCH_DATABASE_URL"))
+    parser.add_argument("--transactions", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    bench = B.BenchDatabase.create(args.database_url, "herald_rt")
+    try:
+        migrate.upgrade(bench.url)
+        tenant, subjects = B.demo_directory(bench.url)
+        with psycopg.connect(libpq_url(bench.url)) as conn:
+            B.seed_inbox(conn, tenant, per_person=30, heavy=(), heavy_rows=30)
+            conn.commit()
+        B.vacuum(bench.url)
+        uvloop.run(run(bench.url, tenant, subjects, args))
+    finally:
+        drop_database(bench.server, bench.name)
+
+
+if __name__ == "__main__":
+    main()
