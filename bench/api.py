@@ -137,6 +137,21 @@ def seed_inbox(
     return inserted
 
 
+def seed_large(conn: psycopg.Connection[Any], args: argparse.Namespace) -> tuple[int, list[str]]:
+    """--large's inbox: `--people` people of BENCH_TENANT, the `--heavy` first of them with
+    `--heavy-rows` rows each, the rest sharing what is left of `--rows`. Returns the row count
+    and the heavy people's external ids (the ones the measurements use)."""
+    seed_people(conn, BENCH_TENANT, args.people)
+    heavy = [f"p{n}" for n in range(1, args.heavy + 1)]
+    rest = max(args.rows - args.heavy * args.heavy_rows, 0)
+    # Rounded up, so the inbox holds at least --rows rows.
+    per_person = max(-(-rest // max(args.people - args.heavy, 1)), 1)
+    rows = seed_inbox(
+        conn, BENCH_TENANT, per_person=per_person, heavy=heavy, heavy_rows=args.heavy_rows
+    )
+    return rows, heavy
+
+
 def vacuum(url: str) -> None:
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
@@ -646,15 +661,7 @@ def main() -> None:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
             if args.large:
                 tenant = BENCH_TENANT
-                seed_people(conn, tenant, args.people)
-                heavy = [f"p{n}" for n in range(1, args.heavy + 1)]
-                rest = max(args.rows - args.heavy * args.heavy_rows, 0)
-                # Rounded up, so the inbox holds at least --rows rows.
-                per_person = max(-(-rest // max(args.people - args.heavy, 1)), 1)
-                rows = seed_inbox(
-                    conn, tenant, per_person=per_person, heavy=heavy, heavy_rows=args.heavy_rows
-                )
-                subjects = heavy
+                rows, subjects = seed_large(conn, args)
             else:
                 tenant, subjects = demo
                 rows = seed_inbox(

@@ -1,6 +1,7 @@
 """A/B of the API's own cost between two revisions: two `herald api` processes, one per revision
-(each from a git worktree of its own), side by side on one demo database, driven in alternating
-rounds, reporting the API process's CPU per request (and p50/p99) for each.
+(each from a git worktree of its own), side by side on one database (the demo school's, or with
+`--large` bench/api.py --large's, whose heavy people are driven), in alternating rounds,
+reporting the API process's CPU per request (and p50/p99) for each.
 
     .venv/bin/python bench/api_ab.py BASE [HEAD] [--rounds 4] [--requests 1600]
         [--concurrency 16] [--paths list,unread,healthz]
@@ -59,6 +60,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1600)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--paths", default="list,unread,healthz")
+    parser.add_argument(
+        "--large", action="store_true", help="bench/api.py --large's database (heavy people)"
+    )
+    parser.add_argument("--people", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=5_100_000)
+    parser.add_argument("--heavy", type=int, default=20)
+    parser.add_argument("--heavy-rows", type=int, default=5_000)
     args = parser.parse_args()
 
     bench = B.BenchDatabase.create(args.database_url, "herald_ab")
@@ -68,9 +76,13 @@ def main() -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         migrate.upgrade(url)
-        tenant, subjects = B.demo_directory(url)
         with psycopg.connect(libpq_url(url)) as conn:
-            B.seed_inbox(conn, tenant, per_person=30, heavy=(), heavy_rows=30)
+            if args.large:
+                tenant = B.BENCH_TENANT
+                rows, subjects = B.seed_large(conn, args)
+            else:
+                tenant, subjects = B.demo_directory(url)
+                rows = B.seed_inbox(conn, tenant, per_person=30, heavy=(), heavy_rows=30)
             conn.commit()
         B.vacuum(url)
         tokens = B.tokens_for(bench.settings, tenant, subjects)
@@ -86,7 +98,10 @@ def main() -> None:
             "healthz": lambda n: ("GET", "/healthz", None),
         }
         paths = args.paths.split(",")
-        print(f"A = {args.base}, B = {args.head}; {args.concurrency} clients")
+        print(
+            f"A = {args.base}, B = {args.head}; {args.concurrency} clients; "
+            f"{rows:,} in-app rows, {len(subjects)} people driven"
+        )
         runs: dict[tuple[str, str], list[Any]] = {}
         for round_ in range(args.rounds):
             for path in paths:
@@ -104,11 +119,12 @@ def main() -> None:
         for path in paths:
             for label in ("A", "B"):
                 cpus = sorted(f.server_cpu * 1000 / len(f.latencies_ms) for f in runs[path, label])
+                p50s = [round(f.pct(50), 1) for f in runs[path, label]]
                 p99s = [round(f.pct(99), 1) for f in runs[path, label]]
                 median = cpus[len(cpus) // 2]
                 print(
                     f"{path:8} {label}: API CPU median {median:.3f} ms/req "
-                    f"(each {[round(c, 3) for c in cpus]}), p99 of each run {p99s} ms"
+                    f"(each {[round(c, 3) for c in cpus]}), p50 {p50s} ms, p99 {p99s} ms"
                 )
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")
     finally:
