@@ -18,7 +18,11 @@ in-app rows per person; every way runs `--transactions` transactions after a war
   - simple, one message: one simple-protocol message with the values inlined (planned each time);
   - EXECUTE, one message: the statements PREPAREd once on the connection, then one message of
     BEGIN; EXECUTE …; EXECUTE …; COMMIT with the values inlined (the same list-binds caveat);
-  - EXECUTE, two messages: BEGIN + EXECUTE liveness, then EXECUTE list + COMMIT.
+  - EXECUTE, two messages: BEGIN + EXECUTE liveness, then EXECUTE list + COMMIT;
+  - the two one-message ways again with the list rewritten so that it could follow the liveness
+    check unseen: the check also sets herald.person_id and herald.role_id (set_config, local),
+    and the list reads them (`NULLIF(current_setting(…), '')::BIGINT`) instead of binding them;
+    before measuring, the bench checks that this list returns the route's page for every person.
 
 The figures decide where a cut of the API's cost can come from; docs/performance.md (fourth
 pass) reads them. Uses HERALD_BENCH_DATABASE_URL or --database-url (the bench creates and drops
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -78,6 +83,35 @@ class Prepared:
         values = self.defaults | params
         literals = ",".join(sql.Literal(values[key]).as_string(conn) for key in self.order)
         return f"EXECUTE {self.name}({literals})"
+
+
+# The person and role ids as the rewritten list reads them: set by the rewritten liveness check.
+FROM_GUC = "NULLIF(current_setting('herald.{0}', true), '')::BIGINT"
+IDS = ("person_id", "role_id")
+
+
+def ids_from_gucs(prepared: Prepared) -> Prepared:
+    """The list with its person and role parameters replaced by FROM_GUC, renumbered."""
+    text = prepared.sql
+    for key in IDS:
+        k = prepared.order.index(key) + 1
+        text = re.sub(rf"\${k}(::\w+)?(?!\d)", FROM_GUC.format(key), text)
+    kept = [key for key in prepared.order if key not in IDS]
+    number = {prepared.order.index(key) + 1: n + 1 for n, key in enumerate(kept)}
+    prepared.sql = re.sub(r"\$(\d+)", lambda m: f"${number[int(m.group(1))]}", text)
+    prepared.order = kept
+    return prepared
+
+
+def setting_ids(text: str) -> str:
+    """The liveness check (its SQL text) that also sets herald.person_id and herald.role_id."""
+    anchor = " \nFROM person LEFT OUTER JOIN"
+    assert anchor in text, "the liveness check's SQL changed shape"
+    extra = (
+        ", set_config('herald.person_id', person.id::text, true) AS set_person, "
+        "set_config('herald.role_id', coalesce(anon_1.id::text, ''), true) AS set_role"
+    )
+    return text.replace(anchor, extra + anchor)
 
 
 async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespace) -> None:
@@ -150,6 +184,57 @@ async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespa
         await cur.execute(f"{p_list.execute(conn, list_params)};COMMIT".encode())
         await cur.fetchall()
 
+    g_lookup = Prepared("bench_lookup_ids", lookup)
+    g_lookup.sql = setting_ids(g_lookup.sql)
+    g_list = ids_from_gucs(Prepared("bench_list_ids", listing))
+    for prepared in (g_lookup, g_list):
+        await conn.execute(f"PREPARE {prepared.name} AS {prepared.sql}".replace("%", "%%"))
+    # The same two for psycopg's own (pyformat) placeholders, for the pipeline.
+    pipelined_lookup = setting_ids(lookup.sql)
+    pipelined_list = listing.sql
+    for key in IDS:
+        pipelined_list = re.sub(
+            rf"%\({key}\)s(::\w+)?", FROM_GUC.format(key).replace("%", "%%"), pipelined_list
+        )
+    page_params = listing.defaults | {"tenant_id": tenant, "limit": 21}
+
+    async def execute_ids(i: int) -> list[Any]:
+        a = g_lookup.execute(conn, lookup_params(i))
+        b = g_list.execute(conn, {"tenant_id": tenant, "limit": 21})
+        cur = conn.cursor()
+        await cur.execute(f"BEGIN;{a};{b};COMMIT".encode(), prepare=False)
+        cur.nextset()
+        cur.nextset()
+        return await cur.fetchall()
+
+    async def pipeline_ids(i: int) -> list[Any]:
+        async with conn.pipeline():
+            await conn.execute(pipelined_lookup, lookup.defaults | lookup_params(i))
+            cur = await conn.execute(pipelined_list, page_params)
+            await conn.commit()
+        return await cur.fetchall()
+
+    # The rewritten list must return the route's page for every person, or its figures mean
+    # nothing.
+    for i in range(len(claims)):
+        await conn.set_autocommit(False)
+        actor = await live_actor(conn, claims[i], enter_tenant=True)
+        want = await centre_queries.list_page(conn, actor, limit=21, after=None, unread_only=False)
+        await conn.commit()
+        piped = await pipeline_ids(i)
+        await conn.set_autocommit(True)
+        executed = await execute_ids(i)
+        assert [row.item for row in want] == [r[2] for r in executed] == [r[2] for r in piped], i
+    print(
+        f"the list reading its ids from settings returns the route's page for {len(claims)} people"
+    )
+
+    async def execute_ids_way(i: int) -> None:
+        await execute_ids(i)
+
+    async def pipeline_ids_way(i: int) -> None:
+        await pipeline_ids(i)
+
     ways: list[tuple[str, Callable[[int], Awaitable[None]], bool]] = [
         ("route: 4 round trips, prepared by psycopg", route, False),
         ("pipeline, one sync", pipeline_one, False),
@@ -157,6 +242,8 @@ async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespa
         ("simple, one message, values inlined", simple_one, True),
         ("EXECUTE, one message", execute_one, True),
         ("EXECUTE, two messages", execute_two, True),
+        ("pipeline, one sync, ids from settings", pipeline_ids_way, False),
+        ("EXECUTE, one message, ids from settings", execute_ids_way, True),
     ]
     n = args.transactions
     print(f"per list transaction, {n} transactions a run (client = this process):")
