@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,27 +274,38 @@ def cpu_seconds(pid: int) -> float:
     return float(times.user + times.system)
 
 
-async def drive(port: int, pick: Pick, *, clients: int, requests: int) -> Figures:
-    """`requests` requests spread over `clients` connections, each waiting for its answer."""
+async def drive(port: int, pick: Pick, *, clients: int, requests: int, warmup: int = 0) -> Figures:
+    """`requests` requests spread over `clients` connections, each waiting for its answer, after
+    `warmup` requests the same way that are not measured.
+
+    The warm-up is what a long-running service is past: the API's pool opening a connection per
+    client (a fork and a login on PostgreSQL's side), psycopg preparing each statement on each
+    connection after its fifth execution (before that, PostgreSQL plans it every time), and the
+    process's own caches. Without it the first second of a run held every request above p99
+    (docs/performance.md, fourth pass), so p99 measured the start-up and not the service."""
     conns = [await Connection.open(port) for _ in range(clients)]
     # Warm every connection (and the server's caches for these paths) first.
     for n, conn in enumerate(conns):
         await conn.request(*pick(n))
     latencies: list[float] = []
-    counter = iter(range(requests))
 
-    async def client(conn: Connection) -> None:
-        for n in counter:
+    async def client(conn: Connection, numbers: Iterator[int], record: bool) -> None:
+        for n in numbers:
             method, path, token = pick(n)
             started = time.perf_counter()
             status, body = await conn.request(method, path, token)
-            latencies.append((time.perf_counter() - started) * 1000)
+            if record:
+                latencies.append((time.perf_counter() - started) * 1000)
             if status >= 300:
                 raise RuntimeError(f"{method} {path}: {status} {body[:300]!r}")
 
+    if warmup:
+        first = iter(range(warmup))
+        await asyncio.gather(*(client(conn, first, False) for conn in conns))
+    measured = iter(range(warmup, warmup + requests))
     cpu_before = cpu_seconds(SERVER_PID[0]) if SERVER_PID else 0.0
     started = time.perf_counter()
-    await asyncio.gather(*(client(conn) for conn in conns))
+    await asyncio.gather(*(client(conn, measured, True) for conn in conns))
     seconds = time.perf_counter() - started
     cpu = cpu_seconds(SERVER_PID[0]) - cpu_before if SERVER_PID else 0.0
     for conn in conns:
@@ -408,13 +419,18 @@ async def small_run(port: int, tokens: list[str], args: argparse.Namespace) -> N
     def unread(n: int) -> tuple[str, str, str | None]:
         return ("GET", f"{INBOX}/unread-count", tokens[n % len(tokens)])
 
-    print(f"single client, {args.requests} requests each:")
+    print(f"single client, {args.requests} requests each (after {args.warmup} not measured):")
     for name, pick in (("GET /healthz", healthz), ("GET list", listing), ("GET unread", unread)):
-        figures = await drive(port, pick, clients=1, requests=args.requests)
+        figures = await drive(port, pick, clients=1, requests=args.requests, warmup=args.warmup)
         print("  " + figures.line(name))
-    print(f"{args.concurrency} concurrent clients, {args.requests * 4} requests each:")
+    print(
+        f"{args.concurrency} concurrent clients, {args.requests * 4} requests each "
+        f"(after {args.warmup} not measured):"
+    )
     for name, pick in (("GET /healthz", healthz), ("GET list", listing), ("GET unread", unread)):
-        figures = await drive(port, pick, clients=args.concurrency, requests=args.requests * 4)
+        figures = await drive(
+            port, pick, clients=args.concurrency, requests=args.requests * 4, warmup=args.warmup
+        )
         print("  " + figures.line(name))
 
 
@@ -435,12 +451,23 @@ async def large_run(port: int, tokens: list[str], args: argparse.Namespace) -> s
     def unread(n: int) -> tuple[str, str, str | None]:
         return ("GET", f"{INBOX}/unread-count", tokens[n % len(tokens)])
 
+    # Unread items to mark: enough for the warm-up and the measured requests, taken from every
+    # heavy person in turn, a page of 100 at a time.
     owners: dict[str, str] = {}
+    wanted = args.warmup + args.requests + args.concurrency
     conn = await Connection.open(port)
-    for token in tokens:
-        _, body = await conn.request("GET", f"{INBOX}?unreadOnly=true&limit=100", token)
-        for item in json.loads(body)["items"]:
-            owners[item["id"]] = token
+    pages: dict[str, str] = {token: "" for token in tokens}
+    while len(owners) < wanted and pages:
+        for token, cursor in list(pages.items()):
+            query = f"?unreadOnly=true&limit=100{'&cursor=' + cursor if cursor else ''}"
+            _, body = await conn.request("GET", INBOX + query, token)
+            page = json.loads(body)
+            for item in page["items"]:
+                owners[item["id"]] = token
+            if page["nextCursor"] is None:
+                del pages[token]
+            else:
+                pages[token] = page["nextCursor"]
     conn.close()
     mark_order = iter(list(owners))
 
@@ -453,11 +480,20 @@ async def large_run(port: int, tokens: list[str], args: argparse.Namespace) -> s
         ("GET list (first page)", listing, args.requests),
         (f"GET list ({args.deep} pages deep)", deep, args.requests),
         ("GET unread count", unread, args.requests),
-        ("POST mark-read", mark, min(args.requests, len(owners) - args.concurrency)),
+        (
+            "POST mark-read",
+            mark,
+            min(args.requests, len(owners) - args.concurrency - args.warmup),
+        ),
     ]
-    print(f"{args.concurrency} concurrent clients, heavy people ({len(tokens)}):")
+    print(
+        f"{args.concurrency} concurrent clients, heavy people ({len(tokens)}), "
+        f"each run after {args.warmup} requests not measured:"
+    )
     for name, pick, count in runs:
-        figures = await drive(port, pick, clients=args.concurrency, requests=count)
+        figures = await drive(
+            port, pick, clients=args.concurrency, requests=count, warmup=args.warmup
+        )
         print("  " + figures.line(name))
     return cursors[0]
 
@@ -627,6 +663,12 @@ def main() -> None:
     )
     parser.add_argument("--database-url", default=os.environ.get("HERALD_BENCH_DATABASE_URL"))
     parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=2000,
+        help="requests before each measured run, not measured (see drive)",
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--demo-rows", type=int, default=30, help="in-app rows per demo person")
     parser.add_argument("--large", action="store_true")

@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1600)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--paths", default="list,unread,healthz")
+    parser.add_argument("--warmup", type=int, default=2000, help="see bench/api.py's drive")
     parser.add_argument(
         "--large", action="store_true", help="bench/api.py --large's database (heavy people)"
     )
@@ -113,6 +114,7 @@ def main() -> None:
                             picks[path],
                             clients=args.concurrency,
                             requests=args.requests,
+                            warmup=args.warmup,
                         )
                     )
                     runs.setdefault((path, label), []).append(figures)
