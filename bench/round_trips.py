@@ -1,5 +1,5 @@
 """What one inbox list transaction costs the client process and the PostgreSQL backend, sent in
-six ways: the route's own, and five ways of sending the same statements in fewer messages.
+eight ways: the route's own, and seven ways of sending the same statements in fewer messages.
 
     .venv/bin/python bench/round_trips.py [--transactions 3000] [--rounds 2]
 
