@@ -4,8 +4,16 @@ pace of providers whose rate is an account-wide budget (Telegram's 25 messages a
 Every limit is a moving window (`limits`' MovingWindowRateLimiter: at most N hits in any window
 of the item's length, no burst at a window's edge). The counters live in Redis when
 HERALD_REDIS_URL is set (`async+redis://`), so every API process and every worker shares one
-budget; without Redis they live in this process's memory (`async+memory://`), so each process
-has its own budget and N processes together allow N times the limit (README, Security).
+budget; without Redis they live in this process's memory (`MemoryWindows`), so each process has
+its own budget and N processes together allow N times the limit (README, Security).
+
+The memory windows are Herald's own, not `limits`' `async+memory://` storage: that storage
+prepends each hit to a Python list (a copy of the list per hit) and, after every hit, starts a
+sweep over every key it holds with one `asyncio.to_thread` hop per key. Measured on the inbox
+list in-process (bench/api.py's small mode), it made a request under the default per-person limit
+cost ~50 % more CPU than with the limit off, and ~100 % more under a high limit; the cost grows with
+the number of people recently seen. `MemoryWindows` does O(1) work a hit (amortised): a deque of
+the hit times still inside each key's window, and a bounded prune of keys gone idle.
 
 A limiter whose Redis does not answer lets the request through (logged once per outage by the
 outage tracker): a rate limit protects Herald from a flood; it must not turn a Redis outage into
@@ -17,13 +25,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import limits
 import redis.exceptions
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from herald.errors import RateLimited
@@ -38,7 +49,6 @@ REDIS_TIMEOUT_SECONDS = 2.0
 REDIS_RETRY_SECONDS = 1.0
 
 
-@functools.lru_cache(maxsize=32)
 @functools.lru_cache(maxsize=64)
 def parse_limit(value: str) -> limits.RateLimitItem | None:
     """`100/second`, `6000 per minute`, `10/5 seconds` (the `limits` notation), or `off`.
@@ -70,33 +80,106 @@ class Verdict:
         return max(1, math.ceil(self.opens_at - time.time()))
 
 
-class RateLimits:
-    """One process's limiter over one storage; cheap to share, safe to use from any task."""
+class MemoryWindows:
+    """Moving windows in this process's memory, with `limits`' moving-window semantics: a hit is
+    allowed while fewer than `amount` earlier hits fall inside the last `window` seconds, and a
+    refused hit is told when the oldest of them leaves the window.
 
-    def __init__(self, storage: Storage, *, shared: bool) -> None:
+    Each key holds the times of its hits still inside its window, oldest first (at most `amount`
+    of them). The keys are kept in the order they were last hit, so the least recently hit one is
+    first: every hit looks at up to PRUNE_PER_HIT of those and drops each whose newest hit has
+    left its window. Memory is therefore bounded by the keys hit within the longest window (plus
+    what the prune has not reached yet), and no hit ever walks all of them. Thread-safe: one lock
+    around each operation, never held across an await (nothing here awaits)."""
+
+    PRUNE_PER_HIT = 2
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        # key -> (window seconds, hit times inside it, oldest first); least recently hit first.
+        self._keys: dict[str, tuple[float, deque[float]]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def hit(self, key: str, amount: int, window: float) -> float:
+        """Take one hit if the window has room and answer 0.0; else the time the window opens."""
+        now = self._clock()
+        with self._lock:
+            entry = self._keys.pop(key, None)
+            self._prune(now)
+            hits = entry[1] if entry is not None else deque()
+            self._keys[key] = (window, hits)
+            self._expire(hits, now - window)
+            if len(hits) >= amount:
+                return hits[0] + window
+            hits.append(now)
+            return 0.0
+
+    def room(self, key: str, amount: int, window: float) -> bool:
+        """Whether one more hit would be allowed, without taking it."""
+        with self._lock:
+            entry = self._keys.get(key)
+            if entry is None:
+                return amount >= 1
+            hits = entry[1]
+            self._expire(hits, self._clock() - window)
+            return len(hits) < amount
+
+    def clear(self, key: str) -> None:
+        with self._lock:
+            self._keys.pop(key, None)
+
+    @staticmethod
+    def _expire(hits: deque[float], cutoff: float) -> None:
+        # `limits` counts a hit at exactly the cutoff as inside the window; so does this.
+        while hits and hits[0] < cutoff:
+            hits.popleft()
+
+    def _prune(self, now: float) -> None:
+        for _ in range(self.PRUNE_PER_HIT):
+            oldest = next(iter(self._keys), None)
+            if oldest is None:
+                return
+            window, hits = self._keys[oldest]
+            if hits and hits[-1] >= now - window:
+                return
+            del self._keys[oldest]
+
+
+class RateLimits:
+    """One process's limiter: Redis-backed `limits` (shared) or MemoryWindows (this process's);
+    cheap to share, safe to use from any task."""
+
+    def __init__(self, storage: RedisStorage | None) -> None:
         self._storage = storage
-        self._limiter = MovingWindowRateLimiter(storage)
+        self._limiter = MovingWindowRateLimiter(storage) if storage is not None else None
+        self._memory = MemoryWindows()
         # True when the counters live in Redis and every process shares them.
-        self.shared = shared
+        self.shared = storage is not None
         self._unchecked_until = 0.0
 
     @classmethod
     def build(cls, redis_url: str | None) -> RateLimits:
         """Redis-backed (shared by every process) when `redis_url` is set, else in memory."""
         if redis_url:
-            storage: Storage = RedisStorage(
+            storage = RedisStorage(
                 "async+" + redis_url,
                 implementation="redispy",
                 key_prefix="herald:ratelimit",
                 socket_timeout=REDIS_TIMEOUT_SECONDS,
                 socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
             )
-            return cls(storage, shared=True)
-        return cls(MemoryStorage(), shared=False)
+            return cls(storage)
+        return cls(None)
 
     async def try_hit(self, item: limits.RateLimitItem, *identifiers: str) -> Verdict:
         """Take one hit if the window has room; otherwise say when it will have."""
-        if self.shared and time.monotonic() < self._unchecked_until:
+        if self._limiter is None:
+            opens_at = self._memory.hit(item.key_for(*identifiers), item.amount, item.get_expiry())
+            return Verdict(True) if not opens_at else Verdict(False, opens_at)
+        if time.monotonic() < self._unchecked_until:
             return Verdict(True)
         try:
             allowed = await self._limiter.hit(item, *identifiers)
@@ -106,8 +189,7 @@ class RateLimits:
             outages.state(outages.REDIS).failed(exc)
             self._unchecked_until = time.monotonic() + REDIS_RETRY_SECONDS
             return Verdict(True)
-        if self.shared:
-            outages.state(outages.REDIS).succeeded()
+        outages.state(outages.REDIS).succeeded()
         return Verdict(True) if stats is None else Verdict(False, stats.reset_time)
 
     async def check(self, item: limits.RateLimitItem | None, *identifiers: str) -> None:
@@ -130,9 +212,14 @@ class RateLimits:
 
     async def would_allow(self, item: limits.RateLimitItem, *identifiers: str) -> bool:
         """Whether one more hit fits, without taking it."""
+        if self._limiter is None:
+            return self._memory.room(item.key_for(*identifiers), item.amount, item.get_expiry())
         return await self._limiter.test(item, *identifiers)
 
     async def clear(self, item: limits.RateLimitItem, *identifiers: str) -> None:
+        if self._limiter is None:
+            self._memory.clear(item.key_for(*identifiers))
+            return
         await self._limiter.clear(item, *identifiers)
 
     async def aclose(self) -> None:
