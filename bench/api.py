@@ -4,6 +4,7 @@
     .venv/bin/python bench/api.py --large [--people 200000] [--rows 5100000] [--heavy 20]
         [--heavy-rows 5000]
     .venv/bin/python bench/api.py --profile [--requests 300]
+    … [--person-limit 1000/second] [--redis-url redis://127.0.0.1:6379/0]
 
 Uses --database-url or HERALD_BENCH_DATABASE_URL (the bench creates and drops its own database on
 that server), else the embedded PostgreSQL under .herald/bench.
@@ -165,17 +166,33 @@ def vacuum(url: str) -> None:
 # --- the API process ------------------------------------------------------------------------
 
 
+# The per-person limit stays on, as it is deployed, so its cost is in every figure; but a bench is
+# many requests from few people, so it is set high enough never to refuse one (the default,
+# 20/second, would make 429s the figure).
+PERSON_LIMIT = "1000/second"
+
+
 def start_api(
-    url: str, jwt_secret: str, port: int, log_path: Path, pool_size: int | None = None
+    url: str,
+    jwt_secret: str,
+    port: int,
+    log_path: Path,
+    pool_size: int | None = None,
+    *,
+    person_limit: str = PERSON_LIMIT,
+    redis_url: str | None = None,
 ) -> subprocess.Popen[bytes]:
+    """`herald api` on `port`; with `redis_url`, its rate limits count in Redis (one round trip
+    a limited request), else in the process's memory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
     if pool_size is not None:
         env["HERALD_DB_POOL_SIZE"] = str(pool_size)
+    if redis_url:
+        env["HERALD_REDIS_URL"] = redis_url
     env.update(
         HERALD_DATABASE_URL=url,
         HERALD_JWT_SECRET=jwt_secret,
-        # A bench is many requests from few people: the per-person limit would be the figure.
-        HERALD_RATE_LIMIT_PER_PERSON="off",
+        HERALD_RATE_LIMIT_PER_PERSON=person_limit,
         HERALD_LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
     )
@@ -685,6 +702,7 @@ def main() -> None:
     parser.add_argument(
         "--pool-size", type=int, help="HERALD_DB_POOL_SIZE of the API (default: its default)"
     )
+    add_limit_arguments(parser)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--spy", type=float, default=0, help="seconds of py-spy on the API under list load"
@@ -727,7 +745,15 @@ def main() -> None:
             return
         port = free_port()
         log_path = Path(tempfile.gettempdir()) / f"{name}-api.log"
-        proc = start_api(url, secret, port, log_path, args.pool_size)
+        proc = start_api(
+            url,
+            secret,
+            port,
+            log_path,
+            args.pool_size,
+            person_limit=args.person_limit,
+            redis_url=args.redis_url,
+        )
         SERVER_PID.append(proc.pid)
         if args.large:
             cursor = asyncio.run(large_run(port, tokens, args))
@@ -741,6 +767,17 @@ def main() -> None:
         if proc is not None:
             stop_process(proc)
         drop_database(server, name)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--person-limit",
+        default=PERSON_LIMIT,
+        help="the API's HERALD_RATE_LIMIT_PER_PERSON ('off' leaves the limiter out)",
+    )
+    parser.add_argument(
+        "--redis-url", default=None, help="the API's HERALD_REDIS_URL (limits counted in Redis)"
+    )
 
 
 def demo_directory(url: str) -> tuple[str, list[str]]:

@@ -4,7 +4,8 @@
 reporting the API process's CPU per request (and p50/p99) for each.
 
     .venv/bin/python bench/api_ab.py BASE [HEAD] [--rounds 4] [--requests 1600]
-        [--concurrency 16] [--paths list,unread,healthz]
+        [--concurrency 16] [--paths list,unread,healthz] [--person-limit 1000/second]
+        [--redis-url redis://…]
 
 BASE and HEAD are git revisions (HEAD defaults to HEAD); pass the same revision twice for an
 A/A run, which says how far apart two identical processes measure on this machine today.
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument(
         "--large", action="store_true", help="bench/api.py --large's database (heavy people)"
     )
+    B.add_limit_arguments(parser)
     parser.add_argument("--people", type=int, default=200_000)
     parser.add_argument("--rows", type=int, default=5_100_000)
     parser.add_argument("--heavy", type=int, default=20)
@@ -91,7 +93,14 @@ def main() -> None:
         for label, tree in trees.items():
             os.environ["PYTHONPATH"] = str(tree / "src")
             ports[label] = free_port()
-            procs[label] = B.start_api(url, secret, ports[label], parent / f"{label}.log")
+            procs[label] = B.start_api(
+                url,
+                secret,
+                ports[label],
+                parent / f"{label}.log",
+                person_limit=args.person_limit,
+                redis_url=args.redis_url,
+            )
         os.environ.pop("PYTHONPATH")
         picks: dict[str, B.Pick] = {
             "list": lambda n: ("GET", B.INBOX, tokens[n % len(tokens)]),
