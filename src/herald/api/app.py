@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from herald.api import limits, openapi
 from herald.auth.deps import AppState
+from herald.centre import fast
 from herald.config import Settings
 from herald.db import health
 from herald.errors import (
@@ -183,6 +184,8 @@ def create_app(
 
     for router in _routers():
         app.include_router(router)
+    # The inbox's plain requests skip FastAPI's per-request machinery (herald.centre.fast).
+    fast.install(app)
     app.add_middleware(limits.BodySizeLimit, max_bytes=limits.MAX_BODY_BYTES)
     _allow_origins(app, settings.cors_origin_list)
     openapi.install(app)

@@ -104,9 +104,14 @@ MAX_CREDENTIAL_LENGTH = 8192
 
 
 def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
-    if credentials is None:
+    return _bearer_text(credentials.credentials if credentials is not None else None)
+
+
+def _bearer_text(text: str | None) -> str:
+    """The credential of a bearer header (the part after `Bearer `), or 401."""
+    if text is None:
         raise Unauthenticated("expected 'Authorization: Bearer <credential>'")
-    credential = credentials.credentials.strip()
+    credential = text.strip()
     if not credential:
         raise Unauthenticated("expected 'Authorization: Bearer <credential>'")
     if len(credential) > MAX_CREDENTIAL_LENGTH:
