@@ -100,6 +100,7 @@ def main() -> None:
                 parent / f"{label}.log",
                 person_limit=args.person_limit,
                 redis_url=args.redis_url,
+                log_level=args.log_level,
             )
         os.environ.pop("PYTHONPATH")
         picks: dict[str, B.Pick] = {
