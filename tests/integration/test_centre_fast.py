@@ -72,6 +72,16 @@ async def pair(settings: Settings, engine: AsyncEngine, registry: Registry) -> A
         yield Pair(one, two)
 
 
+def test_named_routes_are_still_found_past_the_fast_routes(
+    settings: Settings, engine: AsyncEngine, registry: Registry
+) -> None:
+    """The fast routes come first and are not named: `url_for` must pass over them (the
+    console builds its links with it)."""
+    app = create_app(settings, engine, registry)
+    assert isinstance(app.router.routes[0], fast.FastRoute)
+    assert app.url_path_for("healthz") == "/healthz"
+
+
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths the fast routes answered."""

@@ -32,7 +32,7 @@ from fastapi.responses import Response
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette._utils import get_route_path
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Match, compile_path
+from starlette.routing import BaseRoute, Match, NoMatchFound, compile_path
 from starlette.types import Receive, Scope, Send
 from typing_extensions import override
 
@@ -121,8 +121,9 @@ class FastRoute(BaseRoute):
         await response(scope, receive, send)
 
     @override
-    def url_path_for(self, name: str, /, **path_params: Any) -> Any:  # pragma: no cover
-        raise NotImplementedError("fast routes are not named")
+    def url_path_for(self, name: str, /, **path_params: Any) -> Any:
+        # Not named: `url_for` passes over it to the routes that are (Starlette's contract).
+        raise NoMatchFound(name, path_params)
 
 
 def _read_list_query(raw: bytes) -> dict[str, Any] | None:
