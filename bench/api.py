@@ -5,6 +5,7 @@
         [--heavy-rows 5000]
     .venv/bin/python bench/api.py --profile [--requests 300]
     … [--person-limit 1000/second] [--redis-url redis://127.0.0.1:6379/0] [--log-level INFO]
+    … [--processes 2]   (API processes; how many the machine needs for a rate)
 
 Uses --database-url or HERALD_BENCH_DATABASE_URL (the bench creates and drops its own database on
 that server), else the embedded PostgreSQL under .herald/bench.
@@ -299,7 +300,9 @@ def cpu_seconds(pid: int) -> float:
     return float(times.user + times.system)
 
 
-async def drive(port: int, pick: Pick, *, clients: int, requests: int, warmup: int = 0) -> Figures:
+async def drive(
+    port: int | Sequence[int], pick: Pick, *, clients: int, requests: int, warmup: int = 0
+) -> Figures:
     """`requests` requests spread over `clients` connections, each waiting for its answer, after
     `warmup` requests the same way that are not measured.
 
@@ -307,8 +310,12 @@ async def drive(port: int, pick: Pick, *, clients: int, requests: int, warmup: i
     client (a fork and a login on PostgreSQL's side), psycopg preparing each statement on each
     connection after its fifth execution (before that, PostgreSQL plans it every time), and the
     process's own caches. Without it the first second of a run held every request above p99
-    (docs/performance.md, fourth pass), so p99 measured the start-up and not the service."""
-    conns = [await Connection.open(port) for _ in range(clients)]
+    (docs/performance.md, fourth pass), so p99 measured the start-up and not the service.
+
+    Given several ports (one API process each, `--processes`), the clients take them in turn,
+    and the API CPU is the sum over every process in SERVER_PID."""
+    ports = [port] if isinstance(port, int) else list(port)
+    conns = [await Connection.open(ports[n % len(ports)]) for n in range(clients)]
     # Warm every connection (and the server's caches for these paths) first.
     for n, conn in enumerate(conns):
         await conn.request(*pick(n))
@@ -328,11 +335,11 @@ async def drive(port: int, pick: Pick, *, clients: int, requests: int, warmup: i
         first = iter(range(warmup))
         await asyncio.gather(*(client(conn, first, False) for conn in conns))
     measured = iter(range(warmup, warmup + requests))
-    cpu_before = cpu_seconds(SERVER_PID[0]) if SERVER_PID else 0.0
+    cpu_before = sum(cpu_seconds(pid) for pid in SERVER_PID)
     started = time.perf_counter()
     await asyncio.gather(*(client(conn, measured, True) for conn in conns))
     seconds = time.perf_counter() - started
-    cpu = cpu_seconds(SERVER_PID[0]) - cpu_before if SERVER_PID else 0.0
+    cpu = sum(cpu_seconds(pid) for pid in SERVER_PID) - cpu_before
     for conn in conns:
         conn.close()
     return Figures(latencies, seconds, cpu)
@@ -371,9 +378,11 @@ SPY_FRAMES = {
     "HTTP server (uvicorn, h11/httptools)": ("uvicorn/protocols",),
     "middleware: observability": ("ObservabilityMiddleware.__call__",),
     "  of which metrics (prometheus_client)": ("prometheus_client/",),
-    "FastAPI dependencies (JWT included)": ("solve_dependencies",),
+    "  of which the request log line": ("Logger.log (logging",),
+    "FastAPI's route handler and dependencies": ("get_request_handler",),
     "JWT decode": ("PyJWT.decode", "decode_complete"),
-    "endpoint": ("list_notifications (herald/centre/routes.py",),
+    # The fast route (herald.centre.fast) answers plain requests; FastAPI's endpoint the rest.
+    "endpoint": ("_list (herald/centre/fast.py", "list_notifications (herald/centre/routes.py"),
     "transaction (db.engine.driver_transaction)": ("driver_transaction",),
     "  pool checkout (and its ping)": ("AsyncEngine.raw_connection",),
     "  pool return": ("_ConnectionFairy.close", "_ConnectionFairy._checkin"),
@@ -434,7 +443,7 @@ async def spy(port: int, tokens: list[str], args: argparse.Namespace) -> None:
         print(f"    {100 * count / total:5.1f} %  {leaf[:110]}")
 
 
-async def small_run(port: int, tokens: list[str], args: argparse.Namespace) -> None:
+async def small_run(ports: list[int], tokens: list[str], args: argparse.Namespace) -> None:
     def healthz(n: int) -> tuple[str, str, str | None]:
         return ("GET", "/healthz", None)
 
@@ -446,7 +455,7 @@ async def small_run(port: int, tokens: list[str], args: argparse.Namespace) -> N
 
     print(f"single client, {args.requests} requests each (after {args.warmup} not measured):")
     for name, pick in (("GET /healthz", healthz), ("GET list", listing), ("GET unread", unread)):
-        figures = await drive(port, pick, clients=1, requests=args.requests, warmup=args.warmup)
+        figures = await drive(ports[0], pick, clients=1, requests=args.requests, warmup=args.warmup)
         print("  " + figures.line(name))
     print(
         f"{args.concurrency} concurrent clients, {args.requests * 4} requests each "
@@ -454,13 +463,14 @@ async def small_run(port: int, tokens: list[str], args: argparse.Namespace) -> N
     )
     for name, pick in (("GET /healthz", healthz), ("GET list", listing), ("GET unread", unread)):
         figures = await drive(
-            port, pick, clients=args.concurrency, requests=args.requests * 4, warmup=args.warmup
+            ports, pick, clients=args.concurrency, requests=args.requests * 4, warmup=args.warmup
         )
         print("  " + figures.line(name))
 
 
-async def large_run(port: int, tokens: list[str], args: argparse.Namespace) -> str:
+async def large_run(ports: list[int], tokens: list[str], args: argparse.Namespace) -> str:
     """The heavy people's inbox at concurrency; returns the first person's deep cursor."""
+    port = ports[0]
     cursors = await deep_cursors(port, tokens, args.deep)
 
     def healthz(n: int) -> tuple[str, str, str | None]:
@@ -517,7 +527,7 @@ async def large_run(port: int, tokens: list[str], args: argparse.Namespace) -> s
     )
     for name, pick, count in runs:
         figures = await drive(
-            port, pick, clients=args.concurrency, requests=count, warmup=args.warmup
+            ports, pick, clients=args.concurrency, requests=count, warmup=args.warmup
         )
         print("  " + figures.line(name))
     return cursors[0]
@@ -706,6 +716,9 @@ def main() -> None:
         "--pool-size", type=int, help="HERALD_DB_POOL_SIZE of the API (default: its default)"
     )
     add_limit_arguments(parser)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="API processes (the clients take them in turn)"
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--spy", type=float, default=0, help="seconds of py-spy on the API under list load"
@@ -720,7 +733,7 @@ def main() -> None:
         bench.secret,
         bench.settings,
     )
-    proc: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         migrate.upgrade(url)
         started = time.perf_counter()
@@ -746,29 +759,33 @@ def main() -> None:
         if args.profile:
             asyncio.run(profile_run(url, settings, tokens, args.requests))
             return
-        port = free_port()
-        log_path = Path(tempfile.gettempdir()) / f"{name}-api.log"
-        proc = start_api(
-            url,
-            secret,
-            port,
-            log_path,
-            args.pool_size,
-            person_limit=args.person_limit,
-            redis_url=args.redis_url,
-            log_level=args.log_level,
-        )
-        SERVER_PID.append(proc.pid)
+        ports = [free_port() for _ in range(args.processes)]
+        for n, port in enumerate(ports):
+            procs.append(
+                start_api(
+                    url,
+                    secret,
+                    port,
+                    Path(tempfile.gettempdir()) / f"{name}-api-{n}.log",
+                    args.pool_size,
+                    person_limit=args.person_limit,
+                    redis_url=args.redis_url,
+                    log_level=args.log_level,
+                )
+            )
+            SERVER_PID.append(procs[-1].pid)
+        if args.processes > 1:
+            print(f"{args.processes} API processes; the clients take them in turn")
         if args.large:
-            cursor = asyncio.run(large_run(port, tokens, args))
+            cursor = asyncio.run(large_run(ports, tokens, args))
             explain_large(url, tenant, subjects[0], cursor)
         elif args.spy:
-            asyncio.run(spy(port, tokens, args))
+            asyncio.run(spy(ports[0], tokens, args))
         else:
-            asyncio.run(small_run(port, tokens, args))
+            asyncio.run(small_run(ports, tokens, args))
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")
     finally:
-        if proc is not None:
+        for proc in procs:
             stop_process(proc)
         drop_database(server, name)
 
