@@ -77,7 +77,8 @@ async def all_tenants_transaction(request: Request) -> AsyncIterator[AsyncConnec
         yield conn
 
 
-def _enter(request: Request, tenant_id: str) -> None:
+def remember_tenant(request: Request, tenant_id: str) -> None:
+    """The authenticated caller's tenant, for the request's `transaction`s."""
     setattr(request.state, _TENANT, tenant_id)
 
 
@@ -104,10 +105,10 @@ MAX_CREDENTIAL_LENGTH = 8192
 
 
 def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
-    return _bearer_text(credentials.credentials if credentials is not None else None)
+    return bearer_credential(credentials.credentials if credentials is not None else None)
 
 
-def _bearer_text(text: str | None) -> str:
+def bearer_credential(text: str | None) -> str:
     """The credential of a bearer header (the part after `Bearer `), or 401."""
     if text is None:
         raise Unauthenticated("expected 'Authorization: Bearer <credential>'")
@@ -127,7 +128,7 @@ async def _scoped_caller(
         caller = await auth.authenticate_key(conn, key)
     if not caller.allows(scope):
         raise Forbidden(f"this API key lacks the {scope} scope")
-    _enter(request, caller.tenant_id)
+    remember_tenant(request, caller.tenant_id)
     return caller
 
 
@@ -170,7 +171,7 @@ async def current_actor(request: Request, credentials: JwtCredential) -> auth.Ac
     app_state = state(request)
     async with all_tenants_transaction(request) as conn:
         actor = await auth.authenticate_actor(conn, app_state.settings, token)
-    _enter(request, actor.tenant_id)
+    remember_tenant(request, actor.tenant_id)
     await enforce(
         app_state.rate_limits,
         parse_limit(app_state.settings.rate_limit_per_person),
@@ -188,7 +189,7 @@ async def actor_claims(request: Request, credentials: JwtCredential) -> auth.Act
     """The end user of a /v1/me route, by a verified JWT alone (no database yet): for routes that
     read the person in their own transaction with `actor_transaction`."""
     claims = await auth.verify_actor_token(state(request).settings, _bearer(credentials))
-    _enter(request, claims.tenant_id)
+    remember_tenant(request, claims.tenant_id)
     return claims
 
 
@@ -226,7 +227,7 @@ async def current_operator(
     credential = _bearer(jwt_credentials or key_credentials)
     async with all_tenants_transaction(request) as conn:
         operator = await auth.authenticate_operator(conn, state(request).settings, credential)
-    _enter(request, operator.tenant_id)
+    remember_tenant(request, operator.tenant_id)
     return operator
 
 

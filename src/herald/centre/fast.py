@@ -41,10 +41,10 @@ from herald.auth.deps import (
     CURSOR_PATTERN,
     JSON,
     MAX_LIMIT,
-    _bearer_text,
-    _enter,
     actor_transaction,
+    bearer_credential,
     json_response,
+    remember_tenant,
     state,
 )
 from herald.centre import service
@@ -159,8 +159,8 @@ async def _claims(request: Request) -> auth.ActorClaims:
     authorization = request.headers.get("Authorization")
     scheme, credentials = get_authorization_scheme_param(authorization)
     bearer = credentials if authorization and scheme.lower() == "bearer" and credentials else None
-    claims = await auth.verify_actor_token(state(request).settings, _bearer_text(bearer))
-    _enter(request, claims.tenant_id)
+    claims = await auth.verify_actor_token(state(request).settings, bearer_credential(bearer))
+    remember_tenant(request, claims.tenant_id)
     return claims
 
 
