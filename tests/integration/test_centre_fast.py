@@ -58,8 +58,13 @@ def _shape(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
     return response.status_code, headers, response.content
 
 
+ORIGIN = "https://school.example"
+
+
 @pytest.fixture
 async def pair(settings: Settings, engine: AsyncEngine, registry: Registry) -> AsyncIterator[Pair]:
+    # With a CORS origin, as the drop-in inbox is deployed: its headers must match too.
+    settings = settings.model_copy(update={"cors_origins": ORIGIN})
     running = create_app(settings, engine, registry)
     without = create_app(settings, engine, registry)
     fast.uninstall(without)
@@ -125,6 +130,9 @@ def _header_corpus(settings: Settings, tenant: str) -> list[dict[str, str]]:
         {"Authorization": f"Bearer {_bearer(settings, tenant, 'nobody')}"},
         {"Authorization": f"Bearer {_bearer(settings, 'no-such-tenant')}"},
         {"Authorization": "Bearer " + "a" * 9000},
+        # A browser's request from the allowed origin, and one from another.
+        {"Authorization": f"Bearer {token}", "Origin": ORIGIN},
+        {"Authorization": f"Bearer {token}", "Origin": "https://elsewhere.example"},
     ]
 
 
@@ -200,6 +208,10 @@ async def test_every_route_answers_every_credential_as_fastapi_does(
                 await again()
             await pair.same(method, url, headers, between=again)
     assert len(served) == 4 * len(_header_corpus(settings, inbox["tenant"]))
+    # The CORS comparison above compared something: the allowed origin is answered.
+    browser = {"Authorization": f"Bearer {_bearer(settings, inbox['tenant'])}", "Origin": ORIGIN}
+    answer = await pair.same("GET", BASE, browser)
+    assert answer.headers["access-control-allow-origin"] == ORIGIN
 
 
 async def test_the_writes_and_the_count_answer_as_fastapi_does(
