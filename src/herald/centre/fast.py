@@ -10,8 +10,8 @@ request is known in advance.
 
 So each route has a `FastRoute` ahead of every other route in the app's route table. It matches
 only a request of that plain shape (`matches` reads the method, the path and the query string)
-and answers it by calling the same functions the FastAPI endpoint calls, in the same order
-(herald.centre.routes); any other request — a query parameter written another way, repeated,
+and answers it with the same answer functions the FastAPI endpoint calls (herald.centre.routes'
+`*_answer`); any other request — a query parameter written another way, repeated,
 empty or out of range — does not match it, and routing goes on to the FastAPI route, which
 validates and answers exactly as before. The FastAPI routes stay the published contract (they
 generate the OpenAPI document) and the answer to everything unusual; a fast route is an ASGI app
@@ -39,18 +39,14 @@ from typing_extensions import override
 from herald.auth import service as auth
 from herald.auth.deps import (
     CURSOR_PATTERN,
-    JSON,
     MAX_LIMIT,
-    actor_transaction,
     bearer_credential,
-    json_response,
     remember_tenant,
     state,
 )
-from herald.centre import service
-from herald.centre.routes import router
+from herald.centre import routes, service
 
-PREFIX = router.prefix
+PREFIX = routes.router.prefix
 # What FastAPI's validation of the list's parameters accepts and reads the same way as this
 # module: a limit of 1..MAX_LIMIT in plain digits, a cursor of the published alphabet and length,
 # unreadOnly as one of the spellings the service itself reads.
@@ -172,34 +168,24 @@ async def _list(request: Request, query: dict[str, Any]) -> Response:
         unread_only=query.get("unreadOnly"),
         pagination=None,
     )
-    async with actor_transaction(request, claims) as (conn, actor):
-        page, next_cursor = await service.list_notifications(conn, actor, params)
-    return Response(service.page_json(page, next_cursor), media_type=JSON)
+    return await routes.list_answer(request, claims, params)
 
 
 async def _unread_count(request: Request, _: dict[str, Any]) -> Response:
-    claims = await _claims(request)
-    async with actor_transaction(request, claims) as (conn, actor):
-        count = await service.unread_count(conn, actor)
-    return json_response(count)
+    return await routes.unread_count_answer(request, await _claims(request))
 
 
 async def _mark_all_read(request: Request, _: dict[str, Any]) -> Response:
-    claims = await _claims(request)
-    async with actor_transaction(request, claims) as (conn, actor):
-        result = await service.mark_all_read(conn, actor)
-    return json_response(result)
+    return await routes.mark_all_read_answer(request, await _claims(request))
 
 
 async def _mark_read(request: Request, _: dict[str, Any]) -> Response:
     claims = await _claims(request)
     notification_id = request.scope["path_params"]["notification_id"]
-    async with actor_transaction(request, claims) as (conn, actor):
-        receipt = await service.mark_read(conn, actor, notification_id)
-    return json_response(receipt)
+    return await routes.mark_read_answer(request, claims, notification_id)
 
 
-def routes() -> list[FastRoute]:
+def fast_routes() -> list[FastRoute]:
     return [
         FastRoute("GET", PREFIX, _list, _read_list_query),
         FastRoute("GET", f"{PREFIX}/unread-count", _unread_count),
@@ -210,7 +196,7 @@ def routes() -> list[FastRoute]:
 
 def install(app: FastAPI) -> None:
     """Put the fast routes ahead of every route of the app (they match nothing else)."""
-    app.router.routes[0:0] = routes()
+    app.router.routes[0:0] = fast_routes()
 
 
 def uninstall(app: FastAPI) -> None:
