@@ -154,11 +154,15 @@ class RateLimits:
 
     def __init__(self, storage: RedisStorage | None) -> None:
         self._storage = storage
+        # Exactly one of the two: the shared limiter over Redis, or this process's windows.
         self._limiter = MovingWindowRateLimiter(storage) if storage is not None else None
-        self._memory = MemoryWindows()
-        # True when the counters live in Redis and every process shares them.
-        self.shared = storage is not None
+        self._memory = MemoryWindows() if storage is None else None
         self._unchecked_until = 0.0
+
+    @property
+    def shared(self) -> bool:
+        """True when the counters live in Redis and every process shares them."""
+        return self._limiter is not None
 
     @classmethod
     def build(cls, redis_url: str | None) -> RateLimits:
@@ -176,9 +180,10 @@ class RateLimits:
 
     async def try_hit(self, item: limits.RateLimitItem, *identifiers: str) -> Verdict:
         """Take one hit if the window has room; otherwise say when it will have."""
-        if self._limiter is None:
+        if self._memory is not None:
             opens_at = self._memory.hit(item.key_for(*identifiers), item.amount, item.get_expiry())
             return Verdict(True) if not opens_at else Verdict(False, opens_at)
+        assert self._limiter is not None
         if time.monotonic() < self._unchecked_until:
             return Verdict(True)
         try:
@@ -212,14 +217,16 @@ class RateLimits:
 
     async def would_allow(self, item: limits.RateLimitItem, *identifiers: str) -> bool:
         """Whether one more hit fits, without taking it."""
-        if self._limiter is None:
+        if self._memory is not None:
             return self._memory.room(item.key_for(*identifiers), item.amount, item.get_expiry())
+        assert self._limiter is not None
         return await self._limiter.test(item, *identifiers)
 
     async def clear(self, item: limits.RateLimitItem, *identifiers: str) -> None:
-        if self._limiter is None:
+        if self._memory is not None:
             self._memory.clear(item.key_for(*identifiers))
             return
+        assert self._limiter is not None
         await self._limiter.clear(item, *identifiers)
 
     async def aclose(self) -> None:
