@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._generation = 0  # bumped by every cut
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self.restore()
@@ -64,11 +66,16 @@ class TcpProxy:
 
     async def _listen(self) -> None:
         if self._server is None:
+            # each connection carries the generation of the listener that accepted it
             self._server = await asyncio.start_server(
-                self._serve, "127.0.0.1", self.port, reuse_address=True
+                partial(self._serve, generation=self._generation),
+                "127.0.0.1",
+                self.port,
+                reuse_address=True,
             )
 
     async def _cut(self) -> None:
+        self._generation += 1
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -76,8 +83,13 @@ class TcpProxy:
             writer.transport.abort()
         self._writers.clear()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, generation: int
+    ) -> None:
         host, port = self.target
+        if generation != self._generation:  # accepted by a listener since cut
+            writer.transport.abort()
+            return
         try:
             if host.startswith("/"):
                 up_reader, up_writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
@@ -85,6 +97,12 @@ class TcpProxy:
                 up_reader, up_writer = await asyncio.open_connection(host, port)
         except OSError:
             writer.transport.abort()
+            return
+        if generation != self._generation:
+            # cut while this one connected upstream: a cut must leave no connection alive (one
+            # did once, in CI, and a worker used it all through the "outage")
+            writer.transport.abort()
+            up_writer.transport.abort()
             return
         self._writers |= {writer, up_writer}
 
