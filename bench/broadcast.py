@@ -136,21 +136,20 @@ def main() -> None:
         public_id = insert_broadcast(url)
         peaks = {role: 0.0 for role in processes}
         worker_rss: list[float] = []
-        watcher = psycopg.connect(libpq_url(url), autocommit=True)
-        while True:
-            for role, proc in processes.items():
-                if proc.poll() is not None:
-                    raise SystemExit(f"herald {role} exited with {proc.returncode}")
-                rss = psutil.Process(proc.pid).memory_info().rss / 2**20
-                peaks[role] = max(peaks[role], rss)
-                if role == "worker":
-                    worker_rss.append(rss)
-            state, frozen, fanned, completed = progress(watcher, public_id)
-            if state == "completed":
-                break
-            time.sleep(0.5)
-        first_row = first_in_app_row(watcher, public_id)
-        watcher.close()
+        with psycopg.connect(libpq_url(url), autocommit=True) as watcher:
+            while True:
+                for role, proc in processes.items():
+                    if proc.poll() is not None:
+                        raise SystemExit(f"herald {role} exited with {proc.returncode}")
+                    rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+                    peaks[role] = max(peaks[role], rss)
+                    if role == "worker":
+                        worker_rss.append(rss)
+                state, frozen, fanned, completed = progress(watcher, public_id)
+                if state == "completed":
+                    break
+                time.sleep(0.5)
+            first_row = first_in_app_row(watcher, public_id)
         assert frozen is not None and fanned is not None and completed is not None
         assert first_row is not None
         fan_seconds = (fanned - frozen).total_seconds()  # type: ignore[operator]
