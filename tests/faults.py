@@ -36,6 +36,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._generation = 0  # bumped by every cut
+        self._lose_answer_to: bytes | None = None
+        self._serving: set[asyncio.Task[None]] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self.restore()
@@ -58,8 +60,15 @@ class TcpProxy:
     def cut(self) -> None:
         self._call(self._cut())
 
+    def lose_answer_to(self, message: bytes) -> None:
+        """Arm a one-shot fault: the next client message containing `message` reaches the server,
+        and when the server answers, the answer is dropped and the connection closed — a COMMIT
+        that lands while its client is told the connection was lost."""
+        self._lose_answer_to = message
+
     def close(self) -> None:
         self.cut()
+        self._call(self._drain())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         self._loop.close()
@@ -83,9 +92,18 @@ class TcpProxy:
             writer.transport.abort()
         self._writers.clear()
 
+    async def _drain(self) -> None:
+        """Let the connections the cut aborted finish, so no task is left pending at close."""
+        if self._serving:
+            await asyncio.wait(self._serving, timeout=5)
+
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, generation: int
     ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
         host, port = self.target
         if generation != self._generation:  # accepted by a listener since cut
             writer.transport.abort()
@@ -105,15 +123,25 @@ class TcpProxy:
             up_writer.transport.abort()
             return
         self._writers |= {writer, up_writer}
+        answer_lost = asyncio.Event()
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+        ) -> None:
             with suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    if not upstream and answer_lost.is_set():
+                        up_writer.transport.abort()  # the server answered the marked message:
+                        break  # the answer is dropped and both sides are closed
                     dst.write(data)
                     await dst.drain()
+                    armed = self._lose_answer_to
+                    if upstream and armed is not None and armed in data:
+                        self._lose_answer_to = None
+                        answer_lost.set()
             dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
         self._writers -= {writer, up_writer}
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from httpx import ASGITransport, AsyncClient
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.api.app import create_app
 from herald.auth.service import create_api_key, sign_token
+from herald.channels.base import ProviderOutcome
 from herald.channels.mock import MockProvider
 from herald.config import Settings
 from herald.db import schema as s
@@ -332,6 +333,71 @@ async def _wait_for_final(engine: AsyncEngine, event_id: uuid.UUID, within: floa
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"event {event_id} never reached final deliveries: {statuses}")
+
+
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the simple-query message psycopg sends to commit
+
+
+@pytest.mark.parametrize(
+    ("lost", "landed"),
+    [
+        (COMMIT, True),  # the write committed; only its answer was lost
+        (b"pg_current_xact_id", False),  # the statement's answer was lost: it rolled back
+    ],
+)
+async def test_an_outcome_whose_answer_was_lost_is_written_once_and_counted_written(
+    engine: AsyncEngine,
+    proxied_engine: AsyncEngine,
+    proxy: TcpProxy,
+    settings: Settings,
+    tenant: str,
+    caplog: pytest.LogCaptureFixture,
+    lost: bytes,
+    landed: bool,
+) -> None:
+    """R-STATE-17, R-OPS-5: the connection drops while the outcome's COMMIT is in flight. The
+    recorder asks PostgreSQL (pg_xact_status) what became of its transaction instead of writing
+    again: a write that landed counts as written — so the caller releases its secret — with one
+    attempt and no claim that the lease was reclaimed; one that did not land is written again."""
+    from herald.delivery import queries as dq
+    from herald.delivery import recorder
+    from herald.delivery.send import Prepared
+    from tests.integration.test_delivery import attempts, delivery_rows, email_delivery
+
+    caplog.set_level(logging.INFO, logger="herald")
+    row = await email_delivery(engine, tenant)
+    async with engine.begin() as conn:
+        [(claimed_id, _)] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
+        [context] = await dq.load_send_contexts(conn, [claimed_id])
+    async with proxied_engine.connect() as conn:  # the pool holds a connection through the proxy
+        await conn.execute(select(1))
+    writes: list[str] = []
+
+    @event.listens_for(proxied_engine.sync_engine, "before_cursor_execute")
+    def count(_c: object, _cur: object, statement: str, *_args: object) -> None:
+        if "pg_current_xact_id" in statement:
+            writes.append(statement)
+
+    proxy.lose_answer_to(lost)
+    written = await recorder.record(
+        proxied_engine,
+        [recorder.Result(Prepared(context), ProviderOutcome.sent("m-1"))],
+        settings,
+    )
+    assert proxy._lose_answer_to is None  # the fault fired
+    assert written == {row["id"]}
+    [after] = await delivery_rows(engine, tenant)
+    assert (after["status"], after["attempts"], after["provider_message_id"]) == ("sent", 1, "m-1")
+    assert [a["outcome"] for a in await attempts(engine, row["id"])] == ["sent"]
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("herald") and r.levelno >= logging.WARNING
+    ]
+    assert not any("lease was reclaimed" in line for line in said), said
+    assert any(line.startswith("database unavailable") for line in said), said
+    assert tracebacks(caplog) == []
+    assert len(writes) == (1 if landed else 2)  # a write that landed is asked about, not redone
 
 
 async def test_a_dead_workers_fan_out_claim_is_released_at_once(

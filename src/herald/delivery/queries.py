@@ -95,12 +95,20 @@ class OutcomeRows:
         return {**vars(self), "skipped_statuses": list(vocabulary.SKIPPED_STATUSES)}
 
 
-async def record_outcomes(conn: AsyncConnection, rows: OutcomeRows) -> set[int]:
-    """Write the batch; return the ids actually written (a row whose lease was reclaimed is not)."""
+async def record_outcomes(conn: AsyncConnection, rows: OutcomeRows) -> tuple[set[int], str | None]:
+    """Write the batch; return the ids actually written (a row whose lease was reclaimed is not)
+    and the id of the writing transaction (None when nothing was written)."""
     if not rows:
-        return set()
-    result = await conn.execute(SQL["record_outcomes"], rows.params())
-    return {row.id for row in result}
+        return set(), None
+    result = (await conn.execute(SQL["record_outcomes"], rows.params())).all()
+    return {row.id for row in result}, (result[0].xid if result else None)
+
+
+async def transaction_status(conn: AsyncConnection, xid: str) -> str | None:
+    """What became of a transaction whose COMMIT's answer was lost: 'committed', 'aborted',
+    'in progress' (its session has not ended yet), or None (too old to tell)."""
+    status = (await conn.execute(SQL["transaction_status"], {"xid": xid})).scalar_one()
+    return str(status) if status is not None else None
 
 
 async def requeue_due_failures(conn: AsyncConnection, limit: int) -> list[str]:

@@ -161,7 +161,13 @@ WITH u AS (
       FROM ended JOIN u ON u.id = ended.id
      WHERE u.called
 )
-SELECT id FROM ended;
+-- The transaction's id comes back with the rows: if the connection is lost while COMMIT is in
+-- flight, the recorder asks pg_xact_status() whether this write landed (transaction_status).
+SELECT id, CAST(pg_current_xact_id() AS text) AS xid FROM ended;
+
+-- name: transaction_status
+-- 'committed', 'aborted' or 'in progress'; NULL when the id is too old for the commit log.
+SELECT pg_xact_status(CAST(:xid AS xid8)) AS status;
 
 -- name: requeue_due_failures
 -- Reaper sweep 2: a failed row whose backoff has elapsed goes back to queued, clearing failed_at

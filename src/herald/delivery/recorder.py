@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -124,38 +124,66 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
     return rows
 
 
+@dataclass
+class _Attempt:
+    """One try at the batch write: the ids its statements returned and their transaction's id.
+    When the connection is lost after the statements ran, the COMMIT may or may not have landed;
+    the transaction's id lets the next try ask instead of guessing."""
+
+    written: set[int] = field(default_factory=set)
+    xid: str | None = None
+
+
 async def record(engine: AsyncEngine, results: Sequence[Result], settings: Settings) -> set[int]:
     """Write every outcome; returns the ids written. Side effects of an outcome (a dead push token,
     a bot the person blocked) are applied in the same transaction as the row (R-CHAN-16).
 
     While the database is unavailable the write is retried with backoff for up to one lease: the
     sends already happened, and recording them when the database is back spares their recipients
-    a second copy after the leases expire."""
+    a second copy after the leases expire. A write whose COMMIT was cut off is asked about
+    (pg_xact_status) before it is tried again: had it landed, the second try would find its rows
+    finished and call their outcomes lost — and their secrets would never be released."""
     rows = plan(results, settings)
     database = outages.state(outages.DATABASE)
     backoff = outages.Backoff()
     deadline = time.monotonic() + settings.lease_seconds
+    in_doubt: _Attempt | None = None
     while True:
         started = time.monotonic()
+        attempt = _Attempt()
         try:
+            if in_doubt is not None and in_doubt.xid is not None:
+                async with engine.connect() as conn:
+                    status = await queries.transaction_status(conn, in_doubt.xid)
+                if status == "committed":
+                    written = in_doubt.written
+                    database.succeeded(started)
+                    break
+                if status == "in progress":  # its session has not noticed the lost connection
+                    raise _StillInProgress
+                in_doubt = None  # aborted (or too old to tell): the write is tried again
             async with engine.begin() as conn:
-                written = await _write(conn, results, rows)
+                written = await _write(conn, results, rows, attempt)
             database.succeeded(started)
             break
+        except _StillInProgress:
+            pass
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is None:
                 written = await _record_one_by_one(engine, results, rows)
                 break
             outages.state(dependency).failed(exc)
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "%d outcome(s) not recorded: the database was unavailable for a whole lease; "
-                    "the reaper will re-queue those deliveries once it is back",
-                    len(rows),
-                )
-                return set()
-            await asyncio.sleep(backoff.next_delay())
+            if attempt.xid is not None:
+                in_doubt = attempt
+        if time.monotonic() >= deadline:
+            log.warning(
+                "%d outcome(s) not recorded: the database was unavailable for a whole lease; "
+                "the reaper will re-queue those deliveries once it is back",
+                len(rows),
+            )
+            return set()
+        await asyncio.sleep(backoff.next_delay())
     lost = set(rows.ids) - written
     if lost:
         # The reaper reclaimed these while the provider call was open: the newer state stands.
@@ -163,6 +191,10 @@ async def record(engine: AsyncEngine, results: Sequence[Result], settings: Setti
             "%d outcome(s) arrived after their lease was reclaimed and were not written", len(lost)
         )
     return written
+
+
+class _StillInProgress(Exception):
+    """The transaction asked about has neither committed nor aborted yet."""
 
 
 async def _record_one_by_one(
@@ -185,17 +217,26 @@ async def _record_one_by_one(
     return written
 
 
-async def _write(conn: AsyncConnection, results: Sequence[Result], rows: OutcomeRows) -> set[int]:
-    """One statement per tenant in the batch, each under its tenant (row-level security)."""
+async def _write(
+    conn: AsyncConnection,
+    results: Sequence[Result],
+    rows: OutcomeRows,
+    attempt: _Attempt | None = None,
+) -> set[int]:
+    """One statement per tenant in the batch, each under its tenant (row-level security); what
+    they wrote is noted in `attempt` as it goes, for a COMMIT whose answer is lost."""
     by_tenant: dict[str, list[int]] = {}
     for index, result in enumerate(results):
         by_tenant.setdefault(result.prepared.context["tenant_id"], []).append(index)
     written: set[int] = set()
     for tenant, indexes in by_tenant.items():
         await tenancy.enter_tenant(conn, tenant)
-        done = await queries.record_outcomes(conn, rows.subset(indexes))
+        done, xid = await queries.record_outcomes(conn, rows.subset(indexes))
         await _side_effects(conn, [results[i] for i in indexes], done)
         written |= done
+        if attempt is not None:
+            attempt.written |= done
+            attempt.xid = attempt.xid or xid
     return written
 
 
