@@ -215,3 +215,43 @@ def test_the_recorder_reaches_its_rows_through_an_index(queue: psycopg.Connectio
         "notification_delivery_pkey",
         "notification_delivery_lease_idx",
     }, json.dumps(plan, indent=1)
+
+
+async def test_a_broadcasts_per_event_statements_never_scan_the_table(
+    queue: psycopg.Connection[Any], server_url: str
+) -> None:
+    """docs/scaling.md §8: with one event dominating the table and statistics that still call it
+    mostly queued, the planner reads the table from its start for the first unfinished row — a
+    prefix that grows as a broadcast drains. The scheduler's in-flight check and the bounded
+    cancel run through the (event_id, status) index instead, and leave the setting as found."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from herald.db.engine import make_async_engine
+    from herald.delivery import service as delivery
+
+    name = queue.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    engine = make_async_engine(
+        make_url(server_url).set(database=name).render_as_string(hide_password=False), pool_size=1
+    )
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+            event_id = (
+                await conn.execute(text("SELECT max(id) FROM notification_event"))
+            ).scalar_one()
+            assert await delivery.in_flight(conn, event_id)
+            assert await delivery.cancel_unclaimed(conn, event_id, limit=10) == 10
+            scans = (
+                await conn.execute(
+                    text(
+                        "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables "
+                        "WHERE relname = 'notification_delivery'"
+                    )
+                )
+            ).one()
+            assert (scans.seq_scan, scans.idx_scan >= 2) == (0, True), scans
+            assert (await conn.execute(text("SHOW enable_seqscan"))).scalar_one() == "on"
+            await conn.rollback()  # nothing cancelled stays: the module's other tests read these
+    finally:
+        await engine.dispose()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -224,13 +225,32 @@ async def extend_leases(
     return {row.id for row in result}
 
 
+@asynccontextmanager
+async def _through_an_index(conn: AsyncConnection) -> AsyncIterator[None]:
+    """Plan the statements inside without a sequential scan, then put the setting back.
+
+    The per-event statements below look for an event's unfinished deliveries. When one event
+    dominates the table (a new platform's first national broadcast) and the statistics still
+    describe it as mostly queued, the planner expects the first match within a few rows and
+    scans the table from its start — but the unfinished rows are the newest, at its end: a
+    sequential prefix that grows with the drain (docs/scaling.md §8). Their index answers in
+    probes whatever the estimates say. Needs a transaction (the setting is SET LOCAL)."""
+    was = (await conn.execute(SQL["seqscan_off"])).scalar_one()
+    try:
+        yield
+    finally:
+        await conn.execute(SQL["seqscan_restore"], {"was": was})
+
+
 async def cancel_unclaimed_deliveries(conn: AsyncConnection, event_id: int, limit: int) -> int:
-    result = await conn.execute(
-        SQL["cancel_unclaimed_deliveries"], {"event_id": event_id, "limit": limit}
-    )
+    async with _through_an_index(conn):
+        result = await conn.execute(
+            SQL["cancel_unclaimed_deliveries"], {"event_id": event_id, "limit": limit}
+        )
     return int(result.rowcount)
 
 
 async def deliveries_in_flight(conn: AsyncConnection, event_id: int) -> bool:
-    row = (await conn.execute(SQL["deliveries_in_flight"], {"event_id": event_id})).one()
+    async with _through_an_index(conn):
+        row = (await conn.execute(SQL["deliveries_in_flight"], {"event_id": event_id})).one()
     return bool(row.busy)

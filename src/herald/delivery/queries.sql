@@ -285,9 +285,20 @@ UPDATE notification_delivery d
          LIMIT :limit
            FOR UPDATE SKIP LOCKED));
 
+-- name: seqscan_off
+-- For the per-event statements (queries._through_an_index): sequential scans off for the rest of
+-- the transaction; returns the value to put back.
+WITH was AS MATERIALIZED (SELECT current_setting('enable_seqscan') AS value)
+SELECT value, set_config('enable_seqscan', 'off', true) FROM was;
+
+-- name: seqscan_restore
+SELECT set_config('enable_seqscan', :was, true);
+
 -- name: deliveries_in_flight
--- Whether any delivery of the event still has work ahead of it (queued, processing or failed),
--- through the (event_id, status) index: three short range probes, never a scan of the event.
+-- Whether any delivery of the event still has work ahead of it (queued, processing, failed or
+-- held), through the (event_id, status) index: four short range probes, never a scan of the
+-- event. Run with sequential scans off (queries._through_an_index): stale statistics of one
+-- dominant event once made this a sequential scan of the table's growing finished prefix.
 SELECT EXISTS (
         SELECT 1 FROM notification_delivery
          WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed', 'held')) AS busy;
