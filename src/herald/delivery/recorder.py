@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -124,16 +124,6 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
     return rows
 
 
-@dataclass
-class _Attempt:
-    """One try at the batch write: the ids its statements returned and their transaction's id.
-    When the connection is lost after the statements ran, the COMMIT may or may not have landed;
-    the transaction's id lets the next try ask instead of guessing."""
-
-    written: set[int] = field(default_factory=set)
-    xid: str | None = None
-
-
 async def record(engine: AsyncEngine, results: Sequence[Result], settings: Settings) -> set[int]:
     """Write every outcome; returns the ids written. Side effects of an outcome (a dead push token,
     a bot the person blocked) are applied in the same transaction as the row (R-CHAN-16).
@@ -147,35 +137,34 @@ async def record(engine: AsyncEngine, results: Sequence[Result], settings: Setti
     database = outages.state(outages.DATABASE)
     backoff = outages.Backoff()
     deadline = time.monotonic() + settings.lease_seconds
-    in_doubt: _Attempt | None = None
+    in_doubt: tuple[set[int], str] | None = None  # a write whose COMMIT's answer was lost
     while True:
         started = time.monotonic()
-        attempt = _Attempt()
+        ran: tuple[set[int], str | None] | None = None
         try:
-            if in_doubt is not None and in_doubt.xid is not None:
+            if in_doubt is not None:
                 async with engine.connect() as conn:
-                    status = await queries.transaction_status(conn, in_doubt.xid)
+                    status = await queries.transaction_status(conn, in_doubt[1])
                 if status == "committed":
-                    written = in_doubt.written
+                    written = in_doubt[0]
                     database.succeeded(started)
                     break
-                if status == "in progress":  # its session has not noticed the lost connection
-                    raise _StillInProgress
-                in_doubt = None  # aborted (or too old to tell): the write is tried again
-            async with engine.begin() as conn:
-                written = await _write(conn, results, rows, attempt)
-            database.succeeded(started)
-            break
-        except _StillInProgress:
-            pass
+                if status != "in progress":  # in progress: its session has not noticed yet
+                    in_doubt = None  # aborted (or too old to tell): the write is tried again
+            if in_doubt is None:
+                async with engine.begin() as conn:
+                    ran = await _write(conn, results, rows)
+                written = ran[0]
+                database.succeeded(started)
+                break
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is None:
                 written = await _record_one_by_one(engine, results, rows)
                 break
             outages.state(dependency).failed(exc)
-            if attempt.xid is not None:
-                in_doubt = attempt
+            if ran is not None and ran[1] is not None:  # the statements ran; the COMMIT failed
+                in_doubt = (ran[0], ran[1])
         if time.monotonic() >= deadline:
             log.warning(
                 "%d outcome(s) not recorded: the database was unavailable for a whole lease; "
@@ -193,10 +182,6 @@ async def record(engine: AsyncEngine, results: Sequence[Result], settings: Setti
     return written
 
 
-class _StillInProgress(Exception):
-    """The transaction asked about has neither committed nor aborted yet."""
-
-
 async def _record_one_by_one(
     engine: AsyncEngine, results: Sequence[Result], rows: OutcomeRows
 ) -> set[int]:
@@ -207,7 +192,7 @@ async def _record_one_by_one(
     for index, result in enumerate(results):
         try:
             async with engine.begin() as conn:
-                one = await _write(conn, [result], rows.row(index))
+                one, _ = await _write(conn, [result], rows.row(index))
             written |= one
         except Exception:
             log.exception(
@@ -218,26 +203,22 @@ async def _record_one_by_one(
 
 
 async def _write(
-    conn: AsyncConnection,
-    results: Sequence[Result],
-    rows: OutcomeRows,
-    attempt: _Attempt | None = None,
-) -> set[int]:
-    """One statement per tenant in the batch, each under its tenant (row-level security); what
-    they wrote is noted in `attempt` as it goes, for a COMMIT whose answer is lost."""
+    conn: AsyncConnection, results: Sequence[Result], rows: OutcomeRows
+) -> tuple[set[int], str | None]:
+    """One statement per tenant in the batch, each under its tenant (row-level security); the
+    ids written and the transaction's id (None when nothing was written)."""
     by_tenant: dict[str, list[int]] = {}
     for index, result in enumerate(results):
         by_tenant.setdefault(result.prepared.context["tenant_id"], []).append(index)
     written: set[int] = set()
+    transaction: str | None = None
     for tenant, indexes in by_tenant.items():
         await tenancy.enter_tenant(conn, tenant)
         done, xid = await queries.record_outcomes(conn, rows.subset(indexes))
         await _side_effects(conn, [results[i] for i in indexes], done)
         written |= done
-        if attempt is not None:
-            attempt.written |= done
-            attempt.xid = attempt.xid or xid
-    return written
+        transaction = transaction or xid
+    return written, transaction
 
 
 async def _side_effects(
