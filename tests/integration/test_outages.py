@@ -355,7 +355,7 @@ async def test_an_outcome_whose_answer_was_lost_is_written_once_and_counted_writ
     lost: bytes,
     landed: bool,
 ) -> None:
-    """R-STATE-17, R-OPS-5: the connection drops while the outcome's COMMIT is in flight. The
+    """R-STATE-5, R-STATE-21: the connection drops while the outcome's COMMIT is in flight. The
     recorder asks PostgreSQL (pg_xact_status) what became of its transaction instead of writing
     again: a write that landed counts as written — so the caller releases its secret — with one
     attempt and no claim that the lease was reclaimed; one that did not land is written again."""
