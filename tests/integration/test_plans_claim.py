@@ -185,26 +185,16 @@ def test_the_sweeps_walk_their_indexes(
 
 def test_the_recorder_reaches_its_rows_through_an_index(queue: psycopg.Connection[Any]) -> None:
     ids = [r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 50")]
-    n = len(ids)
     plan = _generic_plan(
         queue,
         "record_outcomes",
-        ids=ids,
-        claimed_ats=["2026-01-01T00:00:00Z"] * n,
-        statuses=["sent"] * n,
-        attempt_incs=[1] * n,
-        failure_incs=[0] * n,
-        delays=["NULL"] * n,
-        errors=["NULL"] * n,
-        message_ids=["NULL"] * n,
-        hints=["NULL"] * n,
-        titles=["NULL"] * n,
-        bodies=["NULL"] * n,
-        hashes=["NULL"] * n,
-        template_versions=["NULL"] * n,
-        called=["true"] * n,
-        provider_statuses=["NULL"] * n,
-        outcomes=["sent"] * n,
+        rows=json.dumps(
+            [
+                {"id": i, "claimed_at": "2026-01-01T00:00:00Z", "status": "sent", "attempt_inc": 1}
+                | {"failure_inc": 0, "called": True, "outcome": "sent"}
+                for i in ids
+            ]
+        ),
         skipped_statuses=["skipped_unconfigured"],
     )
     scans = _scans_of_delivery(plan)

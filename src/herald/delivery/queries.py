@@ -93,7 +93,44 @@ class OutcomeRows:
         return part
 
     def params(self) -> dict[str, Any]:
-        return {**vars(self), "skipped_statuses": list(vocabulary.SKIPPED_STATUSES)}
+        """The statement's parameters: the rows as one JSON document (record_outcomes reads it
+        with json_to_recordset), keyed by the statement's column names."""
+        columns = [getattr(self, name) for name in _OUTCOME_FIELDS.values()]
+        keys = list(_OUTCOME_FIELDS)
+        rows = [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
+        return {
+            "rows": json.dumps(rows, default=_json_timestamp, separators=(",", ":")),
+            "skipped_statuses": list(vocabulary.SKIPPED_STATUSES),
+        }
+
+
+# record_outcomes' column name → OutcomeRows' field.
+_OUTCOME_FIELDS = {
+    "id": "ids",
+    "claimed_at": "claimed_ats",
+    "status": "statuses",
+    "attempt_inc": "attempt_incs",
+    "failure_inc": "failure_incs",
+    "delay": "delays",
+    "error": "errors",
+    "message_id": "message_ids",
+    "hint": "hints",
+    "title": "titles",
+    "body": "bodies",
+    "hash": "hashes",
+    "template_version": "template_versions",
+    "called": "called",
+    "provider_status": "provider_statuses",
+    "outcome": "outcomes",
+}
+
+
+def _json_timestamp(value: object) -> str:
+    """claimed_at is the lease token, compared for equality: the ISO form keeps every
+    microsecond and the offset, so the timestamptz read back is the one claimed."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 async def record_outcomes(conn: AsyncConnection, rows: OutcomeRows) -> tuple[set[int], str | None]:

@@ -115,16 +115,14 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
 -- `d.claimed_at = u.claimed_at` makes the write conditional on still holding the lease: if the
 -- reaper reclaimed the row meanwhile, this outcome is not written over the newer state.
 WITH u AS (
+    -- One JSON document for the batch: psycopg dumps sixteen Python lists element by element in
+    -- Python, which was a tenth of the worker's CPU per delivery; json.dumps is one C call.
     SELECT *
-      FROM unnest(CAST(:ids AS bigint[]), CAST(:claimed_ats AS timestamptz[]), CAST(:statuses AS text[]),
-                  CAST(:attempt_incs AS integer[]), CAST(:failure_incs AS integer[]),
-                  CAST(:delays AS integer[]), CAST(:errors AS text[]), CAST(:message_ids AS text[]),
-                  CAST(:hints AS text[]), CAST(:titles AS text[]), CAST(:bodies AS text[]),
-                  CAST(:hashes AS text[]), CAST(:template_versions AS integer[]),
-                  CAST(:called AS boolean[]), CAST(:provider_statuses AS text[]),
-                  CAST(:outcomes AS text[]))
-           AS u(id, claimed_at, status, attempt_inc, failure_inc, delay, error, message_id, hint,
-                title, body, hash, template_version, called, provider_status, outcome)
+      FROM json_to_recordset(CAST(:rows AS json))
+           AS u(id bigint, claimed_at timestamptz, status text, attempt_inc integer,
+                failure_inc integer, delay integer, error text, message_id text, hint text,
+                title text, body text, hash text, template_version integer, called boolean,
+                provider_status text, outcome text)
 ), ended AS (
     UPDATE notification_delivery d
        SET status = u.status,
