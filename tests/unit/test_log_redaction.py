@@ -54,29 +54,29 @@ def test_nothing_sensitive_passes_whatever_logs_it(
     logger, stream = captured
 
     async def a_send() -> None:
-        logs.bind(request_id="req-1", event_id="e-1", delivery_id="d-1", tenant="t-1")
-        logs.mark_sensitive(BODY, "Report card ready")
-        logger.info("rendered %s for %s", BODY, EMAIL)
-        logger.info("reset link https://school.example/reset?token=%s sent", RESET_TOKEN)
-        logger.warning("token=%s key=%s", HEX_TOKEN, API_KEY)
-        logger.info("Authorization: Bearer %s", JWT)
-        logger.info("smtp login with %s failed", SMTP_PASSWORD)
-        logger.info("sms to %s, telegram chat %s", PHONE, CHAT_ID)
-        logger.info("raw token %s and %s", RESET_TOKEN, HEX_TOKEN)
-        logger.info(
-            "fields",
-            extra={
-                "to": EMAIL,
-                "body": BODY,
-                "password": SMTP_PASSWORD,
-                "variables": {"token": RESET_TOKEN},
-                "detail": f"subject was Report card ready, secret {RESET_TOKEN}",
-            },
-        )
-        try:
-            raise ValueError(f"could not send to {EMAIL} with token {RESET_TOKEN}")
-        except ValueError:
-            logger.exception("send failed")
+        with logs.send_scope(request_id="req-1", event_id="e-1", delivery_id="d-1", tenant="t-1"):
+            logs.mark_sensitive(BODY, "Report card ready")
+            logger.info("rendered %s for %s", BODY, EMAIL)
+            logger.info("reset link https://school.example/reset?token=%s sent", RESET_TOKEN)
+            logger.warning("token=%s key=%s", HEX_TOKEN, API_KEY)
+            logger.info("Authorization: Bearer %s", JWT)
+            logger.info("smtp login with %s failed", SMTP_PASSWORD)
+            logger.info("sms to %s, telegram chat %s", PHONE, CHAT_ID)
+            logger.info("raw token %s and %s", RESET_TOKEN, HEX_TOKEN)
+            logger.info(
+                "fields",
+                extra={
+                    "to": EMAIL,
+                    "body": BODY,
+                    "password": SMTP_PASSWORD,
+                    "variables": {"token": RESET_TOKEN},
+                    "detail": f"subject was Report card ready, secret {RESET_TOKEN}",
+                },
+            )
+            try:
+                raise ValueError(f"could not send to {EMAIL} with token {RESET_TOKEN}")
+            except ValueError:
+                logger.exception("send failed")
 
     asyncio.run(a_send())
     text = stream.getvalue()
@@ -144,3 +144,30 @@ def test_a_token_without_a_digit_is_still_cut_but_identifiers_are_kept(
     [cut, kept] = lines(stream)
     assert digitless not in json.dumps(cut) and logs.REDACTED in cut["message"]
     assert kept["message"] == f"index and error: {names}"
+
+
+def test_a_sends_ids_and_sensitive_values_end_with_it(
+    captured: tuple[logging.Logger, io.StringIO],
+) -> None:
+    """The worker's senders go from one delivery to the next in one task: what one send bound
+    and marked is on its own lines only, never on the next send's (nor kept, growing, for the
+    rest of the batch)."""
+    logger, stream = captured
+    first, second = "Your library book is overdue", "Sports day moved to Friday"
+
+    async def two_sends() -> None:
+        with logs.send_scope(delivery_id="d-1", tenant="t-1", request_id=None):
+            logs.mark_sensitive(first)
+            logger.info("rendered %s", first)
+        with logs.send_scope(delivery_id="d-2", tenant="t-1", request_id=None):
+            logs.mark_sensitive(second)
+            logger.info("previous send rendered %s, this one %s", first, second)
+        logger.info("after the sends: %s", first)
+
+    asyncio.run(two_sends())
+    one, two, after = lines(stream)
+    assert (one["delivery_id"], one["message"]) == ("d-1", "rendered [redacted]")
+    assert "request_id" not in one
+    assert two["delivery_id"] == "d-2"
+    assert two["message"] == f"previous send rendered {first}, this one [redacted]"
+    assert "delivery_id" not in after and after["message"] == f"after the sends: {first}"
