@@ -45,10 +45,12 @@ async def load_send_contexts(conn: AsyncConnection, ids: Sequence[int]) -> list[
     same on every row of a broadcast) are decoded once per distinct event in the batch; every
     row of an event shares that one dict, which `prepare()` only copies, never changes."""
     result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)})
+    keys = list(result.keys())
     decoded: dict[str, Any] = {}
     contexts = []
     for row in result:
-        context = dict(row._mapping)
+        # zip over the row's values: less than half the cost of dict(row._mapping) a row.
+        context = dict(zip(keys, row, strict=True))
         raw = context.pop("event_variables_json")
         if raw is not None and raw not in decoded:
             decoded[raw] = json.loads(raw)

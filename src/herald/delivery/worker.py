@@ -344,38 +344,28 @@ async def _call(
     provider: Provider, calls: _Calls, message: Message, context: dict[str, Any], unknown: str
 ) -> ProviderOutcome:
     """One provider call: timed, counted by outcome (in the batch's tally), traced under the
-    event's trace, logged (a failure at WARNING, anything else at DEBUG)."""
+    event's trace when tracing is on, logged (a failure at WARNING, anything else at DEBUG)."""
     started = time.perf_counter()
-    with tracing.span(
-        "provider.send",
-        parent=context.get("traceparent"),
-        kind="client",
-        # Built only when spans are exported: with tracing off a delivery id's str() per call
-        # was measurable work for nothing.
-        attributes={
-            "herald.channel": provider.channel,
-            "herald.provider": provider.name,
-            "herald.delivery_id": str(context["public_id"]),
-        }
-        if tracing.enabled()
-        else None,
-    ) as current:
-        try:
-            outcome = await provider.send(message)
-            label = metrics.provider_outcome(outcome.outcome, outcome.retryable)
-        except Exception as exc:
-            # A provider must not raise; if one does, it is a transport fault to retry, and the
-            # log says which provider, never the message.
-            log.error(
-                "%s provider raised %s; treated as a retryable failure",
-                provider.name,
-                type(exc).__name__,
+    if tracing.enabled():
+        with tracing.span(
+            "provider.send",
+            parent=context.get("traceparent"),
+            kind="client",
+            attributes={
+                "herald.channel": provider.channel,
+                "herald.provider": provider.name,
+                "herald.delivery_id": str(context["public_id"]),
+            },
+        ) as current:
+            outcome, label = await _send(provider, message, unknown)
+            tracing.set_attributes(
+                current, **{"herald.outcome": label, "herald.error_code": outcome.error_code}
             )
-            outcome, label = ProviderOutcome.failure(unknown, retryable=True), "raised"
-        elapsed = time.perf_counter() - started
-        tracing.set_attributes(
-            current, **{"herald.outcome": label, "herald.error_code": outcome.error_code}
-        )
+    else:
+        # With tracing off no span is opened at all: the no-op context manager and its
+        # attributes were measurable work per call for nothing.
+        outcome, label = await _send(provider, message, unknown)
+    elapsed = time.perf_counter() - started
     calls.add(label, elapsed)
     level = logging.DEBUG if outcome.outcome != "failed" else logging.WARNING
     if log.isEnabledFor(level):
@@ -390,6 +380,21 @@ async def _call(
             extra={"channel": provider.channel, "provider": provider.name, "outcome": label},
         )
     return outcome
+
+
+async def _send(provider: Provider, message: Message, unknown: str) -> tuple[ProviderOutcome, str]:
+    """The provider's answer and its metric label. A provider must not raise; if one does, it is a
+    transport fault to retry, and the log says which provider, never the message."""
+    try:
+        outcome = await provider.send(message)
+    except Exception as exc:
+        log.error(
+            "%s provider raised %s; treated as a retryable failure",
+            provider.name,
+            type(exc).__name__,
+        )
+        return ProviderOutcome.failure(unknown, retryable=True), "raised"
+    return outcome, metrics.provider_outcome(outcome.outcome, outcome.retryable)
 
 
 def _by_tenant(claimed: Sequence[tuple[int, str]]) -> dict[str, list[int]]:
