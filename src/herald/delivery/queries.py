@@ -94,37 +94,34 @@ class OutcomeRows:
             getattr(part, name).extend(values[i] for i in indexes)
         return part
 
+    # The statement's columns, in the order record_outcomes reads each row's array.
+    COLUMNS = (
+        "ids",
+        "claimed_ats",
+        "statuses",
+        "attempt_incs",
+        "failure_incs",
+        "delays",
+        "errors",
+        "message_ids",
+        "hints",
+        "titles",
+        "bodies",
+        "hashes",
+        "template_versions",
+        "called",
+        "provider_statuses",
+        "outcomes",
+    )
+
     def params(self) -> dict[str, Any]:
-        """The statement's parameters: the rows as one JSON document (record_outcomes reads it
-        with json_to_recordset), keyed by the statement's column names."""
-        columns = [getattr(self, name) for name in _OUTCOME_FIELDS.values()]
-        keys = list(_OUTCOME_FIELDS)
-        rows = [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
+        """The statement's parameters: the rows as one JSON document, an array a row in COLUMNS'
+        order (record_outcomes reads them by position)."""
+        rows = list(zip(*(getattr(self, name) for name in self.COLUMNS), strict=True))
         return {
             "rows": json.dumps(rows, default=_json_timestamp, separators=(",", ":")),
             "skipped_statuses": list(vocabulary.SKIPPED_STATUSES),
         }
-
-
-# record_outcomes' column name → OutcomeRows' field.
-_OUTCOME_FIELDS = {
-    "id": "ids",
-    "claimed_at": "claimed_ats",
-    "status": "statuses",
-    "attempt_inc": "attempt_incs",
-    "failure_inc": "failure_incs",
-    "delay": "delays",
-    "error": "errors",
-    "message_id": "message_ids",
-    "hint": "hints",
-    "title": "titles",
-    "body": "bodies",
-    "hash": "hashes",
-    "template_version": "template_versions",
-    "called": "called",
-    "provider_status": "provider_statuses",
-    "outcome": "outcomes",
-}
 
 
 def _json_timestamp(value: object) -> str:
