@@ -72,7 +72,7 @@ async def run(url: str, batch: int, at: set[int]) -> None:
         number += 1
         if number in at:
             async with engine.connect() as conn:
-                await tenancy.enter_tenant(conn, event.tenant_id, custom_plans=True)
+                await tenancy.enter_tenant(conn, event.tenant_id)
                 cursor = await queries.lock_claimed_event(conn, event.id, token)
                 assert cursor is not None
                 wording = pagewrite.in_app_wording(

@@ -71,7 +71,6 @@ from sqlalchemy import (
     literal,
     null,
     select,
-    text,
     true,
     tuple_,
     union_all,
@@ -80,6 +79,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.db import compiled
 from herald.db import schema as s
 from herald.errors import AudienceInvalid, ConfigurationError
 
@@ -529,11 +529,6 @@ def page_query(
     )
 
 
-async def plan_custom(conn: AsyncConnection) -> None:
-    """Plan this transaction's statements afresh each time (see select_page)."""
-    await conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-
-
 async def select_page(
     conn: AsyncConnection,
     tenant_id: str,
@@ -545,10 +540,13 @@ async def select_page(
 ) -> Sequence[Row[Any]]:
     # A page's best plan depends on the tenant and the cursor. psycopg prepares a statement after
     # a few runs and PostgreSQL may then switch to one generic plan that knows neither, which can
-    # read a whole tenant per page; plan this statement afresh each time (about 0.5 ms).
-    await conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-    result = await conn.execute(
-        page_query(tenant_id, spec, after_person_id, limit, created_until=created_until)
-    )
-    rows: Sequence[Row[Any]] = result.all()
+    # read a whole tenant per page; the page is sent unprepared, so it is planned afresh each
+    # time with its values (about 0.5 ms). Not plan_cache_mode = force_custom_plan for the
+    # transaction: the fan-out writes the page's rows after it in the same transaction, and that
+    # setting re-planned the foreign-key check of every row written (herald.db.compiled).
+    async with compiled.unprepared(conn):
+        result = await conn.execute(
+            page_query(tenant_id, spec, after_person_id, limit, created_until=created_until)
+        )
+        rows: Sequence[Row[Any]] = result.all()
     return rows

@@ -176,8 +176,8 @@ def page_statement(
 ) -> Select[Any]:
     """The keyset page `resolve_audience_page` runs, as a statement for the fan-out to embed in
     its set-based write (columns id, public_id, full_name, locale, status, role_id, admitted).
-    The spec is re-validated first, exactly as there (R-AUD-16). Run it custom-planned
-    (`queries.plan_custom`)."""
+    The spec is re-validated first, exactly as there (R-AUD-16). Run it custom-planned: sent
+    unprepared (`herald.db.compiled.unprepared`)."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
     return queries.page_query(

@@ -11,6 +11,8 @@ statement object stays available for EXPLAIN and tests (`statement.params(...)`)
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,3 +78,23 @@ async def _driver(conn: AsyncConnection | Driver) -> Driver:
     raw = await conn.get_raw_connection()
     driver: Driver = raw.driver_connection  # type: ignore[assignment]
     return driver
+
+
+@asynccontextmanager
+async def unprepared(conn: AsyncConnection) -> AsyncIterator[None]:
+    """Statements run on `conn` inside the block are sent unprepared, so PostgreSQL plans each
+    with the values it is given, every time (an unnamed statement always gets a custom plan).
+
+    For a statement whose best plan depends on its values (an audience page: the tenant and the
+    cursor), where psycopg would otherwise prepare it after its fifth run and the server could
+    then settle on one generic plan. It is not `plan_cache_mode = force_custom_plan`: that
+    setting also re-plans every saved plan the statement runs — the foreign-key checks of each
+    row it inserts among them. A fan-out batch spent half of its server time planning those
+    checks under it (perf, 2026-12-03). psycopg's threshold is put back after the block."""
+    driver = await _driver(conn)
+    threshold = driver.prepare_threshold
+    driver.prepare_threshold = None
+    try:
+        yield
+    finally:
+        driver.prepare_threshold = threshold

@@ -78,14 +78,10 @@ def unprotect(table: str) -> list[str]:
     ]
 
 
-async def enter_tenant(
-    conn: AsyncConnection, tenant_id: str, *, custom_plans: bool = False
-) -> None:
+async def enter_tenant(conn: AsyncConnection, tenant_id: str) -> None:
     """From here to the end of the transaction: role herald_app, tenant `tenant_id`. One round
-    trip; `set_config(..., true)` is SET LOCAL. Calling it again switches the tenant.
-    `custom_plans` also sets `plan_cache_mode = force_custom_plan` for the transaction (what
-    `herald.audience.queries.plan_custom` does) in the same round trip."""
-    await conn.execute(_ENTER_CUSTOM if custom_plans else _ENTER, {"tenant": tenant_id})
+    trip; `set_config(..., true)` is SET LOCAL. Calling it again switches the tenant."""
+    await conn.execute(_ENTER, {"tenant": tenant_id})
 
 
 # Planner settings of a request that reads a person's inbox (SET LOCAL, like the tenant). A
@@ -120,10 +116,6 @@ def enter_columns(
 
 _ENTER = text(
     f"SELECT set_config('role', '{APP_ROLE}', true), set_config('{TENANT_SETTING}', :tenant, true)"
-)
-_ENTER_CUSTOM = text(
-    f"SELECT set_config('role', '{APP_ROLE}', true), set_config('{TENANT_SETTING}', :tenant, true), "
-    "set_config('plan_cache_mode', 'force_custom_plan', true)"
 )
 
 

@@ -24,7 +24,7 @@ from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.audience import service as audience
-from herald.db import tenancy
+from herald.db import compiled, tenancy
 from herald.fanout import queries
 from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import ClaimedEvent, DeliveryRows
@@ -93,9 +93,9 @@ async def fan_out_batch(
 ) -> BatchOutcome:
     """Write one page of the event's fan-out, as the event's tenant. Never commits; the caller
     owns the transaction."""
-    # The page's plan depends on the tenant and the cursor (herald.audience.queries): planned
-    # custom every batch, set in the tenant's round trip.
-    await tenancy.enter_tenant(conn, event.tenant_id, custom_plans=True)
+    # The page's plan depends on the tenant and the cursor (herald.audience.queries): the batch
+    # statement is planned custom every batch, sent unprepared (_write_page_set).
+    await tenancy.enter_tenant(conn, event.tenant_id)
     cursor = await queries.lock_claimed_event(conn, event.id, token)
     if cursor is None:
         return BatchOutcome(lost_claim=True)
@@ -165,9 +165,12 @@ async def _write_page_set(
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
         wording = pagewrite.in_app_wording(kind, event.variables, await _overrides(conn, event))
     statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
-    row = (
-        await conn.execute(statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)})
-    ).one()
+    async with compiled.unprepared(conn):
+        row = (
+            await conn.execute(
+                statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)}
+            )
+        ).one()
     outcome.recipients_written = int(row.recipients)
     outcome.deliveries_written = int(row.deliveries)
     for person_id, recipient_public_id, role_id in pagewrite.notices_of(row):
