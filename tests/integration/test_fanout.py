@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
@@ -205,6 +205,47 @@ async def test_batches_advance_cursor_and_count(engine: AsyncEngine, tenant: str
         assert row["fanout_completed_at"] is None and row["recipient_count"] is None
     assert cursors == sorted(cursors) and len(cursors) == 3
     assert row["recipient_count"] == 5
+
+
+async def test_a_batch_is_planned_with_its_values_and_its_key_checks_are_not_replanned(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    """The batch statement's page is planned with its tenant and cursor every batch: it is never
+    a prepared statement, however many batches one connection runs (psycopg prepares a
+    statement from its sixth run, and the server could then settle on one generic plan). And
+    the batch's transaction does not force custom plans: that setting also re-plans every saved
+    plan the statement runs, the foreign-key check of each row it writes among them — half a
+    batch's server time (docs/scaling.md §3)."""
+    await school(engine, tenant, students=14)
+    event_id = await send_event(engine, tenant)
+    token = uuid.uuid4()
+    async with engine.begin() as conn:
+        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
+    assert claimed is not None and claimed.public_id == event_id
+    batches = 0
+    async with engine.connect() as conn:  # one connection, as the fan-out holds one per event
+        while True:
+            async with conn.begin():
+                outcome = await fanout.fan_out_batch(
+                    conn, claimed, token, registry=SAMPLE_REGISTRY, batch_size=2
+                )
+                batches += 1
+                mode = (
+                    await conn.execute(select(func.current_setting("plan_cache_mode")))
+                ).scalar()
+                assert mode == "auto", batches
+                prepared = await conn.execute(
+                    text(
+                        "SELECT statement FROM pg_prepared_statements "
+                        "WHERE statement LIKE '%INSERT INTO notification_delivery%' "
+                        "AND statement NOT LIKE '%pg_prepared_statements%'"
+                    )
+                )
+                assert prepared.all() == [], batches
+            if outcome.completed:
+                break
+    assert batches >= 7
+    assert (await event(engine, event_id))["recipient_count"] >= 14
 
 
 async def test_failed_batch_writes_nothing(
