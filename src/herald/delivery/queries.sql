@@ -304,20 +304,25 @@ UPDATE notification_delivery d
          LIMIT :limit
            FOR UPDATE SKIP LOCKED));
 
--- name: seqscan_off
--- For the per-event statements (queries._through_an_index): sequential scans off for the rest of
--- the transaction; returns the value to put back.
-WITH was AS MATERIALIZED (SELECT current_setting('enable_seqscan') AS value)
-SELECT value, set_config('enable_seqscan', 'off', true) FROM was;
+-- name: index_scans_only
+-- For the per-event statements (queries._through_an_index): sequential and bitmap scans off for
+-- the rest of the transaction; returns the values to put back.
+WITH was AS MATERIALIZED (
+    SELECT current_setting('enable_seqscan') AS seqscan,
+           current_setting('enable_bitmapscan') AS bitmapscan)
+SELECT seqscan, bitmapscan, set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
+  FROM was;
 
--- name: seqscan_restore
-SELECT set_config('enable_seqscan', :was, true);
+-- name: index_scans_restore
+SELECT set_config('enable_seqscan', :seqscan, true), set_config('enable_bitmapscan', :bitmapscan, true);
 
 -- name: deliveries_in_flight
 -- Whether any delivery of the event still has work ahead of it (queued, processing, failed or
 -- held), through the (event_id, status) index: four short range probes, never a scan of the
--- event. Run with sequential scans off (queries._through_an_index): stale statistics of one
--- dominant event once made this a sequential scan of the table's growing finished prefix.
+-- event. Run with sequential and bitmap scans off (queries._through_an_index): stale statistics
+-- of one dominant event once made this a sequential scan of the table's growing finished
+-- prefix, and then a bitmap scan of every entry the event's drain had left in the index.
 SELECT EXISTS (
         SELECT 1 FROM notification_delivery
          WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed', 'held')) AS busy;
