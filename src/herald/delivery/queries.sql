@@ -126,15 +126,16 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
 WITH u AS (
     -- One JSON document for the batch, a row an array in OutcomeRows.COLUMNS' order: psycopg
     -- dumps sixteen Python lists element by element in Python (a tenth of the worker's CPU per
-    -- delivery), json.dumps is one C call; positions read back half again as fast as the keyed
-    -- objects json_to_recordset takes (0.8 against 1.8 ms for 200 rows).
+    -- delivery), json.dumps is one C call. As jsonb, parsed once and read by position: 0.62 ms
+    -- for 200 email outcomes, against 1.34 ms as json (each ->> parses its element again) and
+    -- 1.01 ms for keyed objects through json_to_recordset, whose dicts also cost 2.6x the Python.
     SELECT CAST(e->>0 AS bigint) AS id, CAST(e->>1 AS timestamptz) AS claimed_at,
            e->>2 AS status, CAST(e->>3 AS integer) AS attempt_inc,
            CAST(e->>4 AS integer) AS failure_inc, CAST(e->>5 AS integer) AS delay,
            e->>6 AS error, e->>7 AS message_id, e->>8 AS hint, e->>9 AS title, e->>10 AS body,
            e->>11 AS hash, CAST(e->>12 AS integer) AS template_version,
            CAST(e->>13 AS boolean) AS called, e->>14 AS provider_status, e->>15 AS outcome
-      FROM json_array_elements(CAST(:rows AS json)) AS e
+      FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS e
 ), ended AS (
     UPDATE notification_delivery d
        SET status = u.status,
