@@ -115,6 +115,20 @@ async def deliveries(engine: AsyncEngine, event_public_id: uuid.UUID) -> list[di
         return [dict(row._mapping) for row in rows]
 
 
+async def claimed_school_event(
+    engine: AsyncEngine, tenant: str, students: int
+) -> tuple[uuid.UUID, uuid.UUID, Any]:
+    """A school of `students`, one event sent to it and claimed for fan-out: (event's public id,
+    claim token, the claimed event)."""
+    await school(engine, tenant, students=students)
+    event_id = await send_event(engine, tenant)
+    token = uuid.uuid4()
+    async with engine.begin() as conn:
+        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
+    assert claimed is not None
+    return event_id, token, claimed
+
+
 async def event(engine: AsyncEngine, public_id: uuid.UUID) -> dict[str, Any]:
     async with engine.connect() as conn:
         return await seed.event_row(conn, public_id)
@@ -186,12 +200,8 @@ async def test_zero_recipients_completes_with_warning(
 async def test_batches_advance_cursor_and_count(engine: AsyncEngine, tenant: str) -> None:
     """R-FANOUT-4, R-FANOUT-7, R-FANOUT-8, R-FANOUT-9, R-AUD-5: pages of two; the cursor advances with each
     committed page; the completion count is the COUNT of recipient rows."""
-    await school(engine, tenant, students=5)
-    event_id = await send_event(engine, tenant)
-    token = uuid.uuid4()
-    async with engine.begin() as conn:
-        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
-    assert claimed is not None and claimed.public_id == event_id
+    event_id, token, claimed = await claimed_school_event(engine, tenant, 5)
+    assert claimed.public_id == event_id
     cursors = []
     while True:
         async with engine.begin() as conn:
@@ -215,13 +225,9 @@ async def test_a_batch_is_planned_with_its_values_and_its_key_checks_are_not_rep
     statement from its sixth run, and the server could then settle on one generic plan). And
     the batch's transaction does not force custom plans: that setting also re-plans every saved
     plan the statement runs, the foreign-key check of each row it writes among them — half a
-    batch's server time (docs/scaling.md §3)."""
-    await school(engine, tenant, students=14)
-    event_id = await send_event(engine, tenant)
-    token = uuid.uuid4()
-    async with engine.begin() as conn:
-        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
-    assert claimed is not None and claimed.public_id == event_id
+    batch's server time (docs/scaling.md §10)."""
+    event_id, token, claimed = await claimed_school_event(engine, tenant, 14)
+    assert claimed.public_id == event_id
     batches = 0
     async with engine.connect() as conn:  # one connection, as the fan-out holds one per event
         while True:
@@ -280,12 +286,7 @@ async def test_crash_between_batches_resumes_from_cursor(engine: AsyncEngine, te
     """R-FANOUT-5, R-FANOUT-15, R-REAPER-7, R-FANOUT-10: a worker that dies after its first page
     leaves the event claimed and incomplete; once released, the next worker resumes at the cursor
     and nobody is written twice."""
-    await school(engine, tenant, students=4)
-    event_id = await send_event(engine, tenant)
-    token = uuid.uuid4()
-    async with engine.begin() as conn:
-        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
-    assert claimed is not None
+    event_id, token, claimed = await claimed_school_event(engine, tenant, 4)
     async with engine.begin() as conn:
         first = await fanout.fan_out_batch(
             conn, claimed, token, registry=SAMPLE_REGISTRY, batch_size=3
@@ -312,12 +313,7 @@ async def test_crash_between_batches_resumes_from_cursor(engine: AsyncEngine, te
 
 async def test_redelivered_page_is_idempotent(engine: AsyncEngine, tenant: str) -> None:
     """R-FANOUT-10: writing a page whose recipients already exist is a no-op, not a unique violation."""
-    await school(engine, tenant, students=2)
-    event_id = await send_event(engine, tenant)
-    token = uuid.uuid4()
-    async with engine.begin() as conn:
-        claimed = await fanout.claim_next_event(conn, token, tenant_id=tenant)
-    assert claimed is not None
+    event_id, token, claimed = await claimed_school_event(engine, tenant, 2)
     async with engine.begin() as conn:
         await fanout.fan_out_batch(conn, claimed, token, registry=SAMPLE_REGISTRY, batch_size=10)
         # Rewind the cursor and completion as if the page were delivered again.

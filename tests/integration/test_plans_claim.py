@@ -228,11 +228,8 @@ def test_the_send_contexts_read_the_claimed_rows_on_their_own_by_primary_key(
     broadcast's drain read 3,363,800 entries of it (3,639 buffers, 134 ms) for each batch of
     200, the slowest statement of the drain (2026-12-03). Whatever the statistics, the claimed
     rows' step has only their ids to go by."""
-    # Never prepared by psycopg: _generic_plan deallocates every prepared statement.
-    ids = [
-        r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 200", prepare=False)
-    ]
-    queue.execute("BEGIN", prepare=False)
+    ids = [r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 200")]
+    queue.execute("BEGIN")
     try:
         # As the worker reads them: herald_app under the tenant's policy.
         queue.execute(
