@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -114,3 +115,23 @@ async def event_row(conn: AsyncConnection, public_id: uuid.UUID) -> dict[str, ob
         )
     ).one()
     return dict(row._mapping)
+
+
+def event_month(event_id: Any) -> Any:
+    """A recipient's partition key for a hand-written insert: its event's occurred_at (the key
+    to the event is (id, occurred_at), herald.db.partitions)."""
+    e = s.notification_event
+    return select(e.c.occurred_at).where(e.c.id == event_id).scalar_subquery()
+
+
+def recipient_month(recipient_id: Any) -> Any:
+    """A delivery's partition key for a hand-written insert: its recipient's occurred_at (a
+    delivery lives in its recipient's month, herald.db.partitions)."""
+    r = s.notification_recipient
+    return select(r.c.occurred_at).where(r.c.id == recipient_id).scalar_subquery()
+
+
+def delivery_month(delivery_id: Any) -> Any:
+    """An attempt's partition key for a hand-written insert: its delivery's occurred_at."""
+    d = s.notification_delivery
+    return select(d.c.occurred_at).where(d.c.id == delivery_id).scalar_subquery()

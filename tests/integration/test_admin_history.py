@@ -287,7 +287,14 @@ async def test_filters(
     """R-ADMIN-2: history filters by kind, category, state and an occurred_at range, each state
     matching what GET /v1/events/{id} would call it."""
     await school(engine, tenant, students=1)
-    completed = await fanned_out_event(engine, tenant)
+    e = s.notification_event
+    long_ago = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
+    completed = await send_event(engine, tenant)
+    # Spread occurred_at so the date range has something to cut: set before the fan-out, which
+    # copies it to every row (an event's month cannot change once it has rows: herald.db.partitions).
+    async with engine.begin() as conn:
+        await conn.execute(update(e).where(e.c.public_id == completed).values(occurred_at=long_ago))
+    await run_to_completion(engine, tenant)
     scheduled = await send_event(
         engine,
         tenant,
@@ -312,8 +319,6 @@ async def test_filters(
         channels=["in_app"],
         variables={"amount": "NPR 2", "dueDate": "2026-12-15"},
     )
-    e = s.notification_event
-    long_ago = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
     async with engine.begin() as conn:
         await conn.execute(
             update(e).where(e.c.public_id == cancelled).values(cancelled_at=func.now())
@@ -323,8 +328,6 @@ async def test_filters(
             .where(e.c.public_id == fanning)
             .values(fanout_claimed_at=func.now(), fanout_claim_token=uuid.uuid4())
         )
-        # Spread occurred_at so the date range has something to cut.
-        await conn.execute(update(e).where(e.c.public_id == completed).values(occurred_at=long_ago))
     headers = await operator_headers(engine, settings, tenant, [HISTORY_READ])
 
     async def ids(**params: str) -> set[str]:

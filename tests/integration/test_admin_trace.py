@@ -102,6 +102,7 @@ async def _attempt(
             insert(s.notification_delivery_attempt).values(
                 tenant_id=tenant,
                 delivery_id=delivery_id,
+                occurred_at=seed.delivery_month(delivery_id),
                 outcome=outcome,
                 attempt_number=extra.pop("attempt_number", 1),
                 **extra,

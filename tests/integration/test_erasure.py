@@ -69,7 +69,7 @@ async def person_with_history(
                             user_id=who.id,
                             user_public_id_snapshot=who.public_id,
                             variables={"name": NAME},
-                            occurred_at=func.now(),
+                            occurred_at=seed.event_month(event_id),
                         )
                         .returning(s.notification_recipient.c.id)
                     )

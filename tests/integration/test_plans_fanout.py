@@ -35,6 +35,7 @@ from herald.db.engine import libpq_url
 from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import SQL
 from herald.kinds.sample import SAMPLE_REGISTRY
+from tests.plans import by_parent
 
 
 def _named_to_positional(sql: str) -> tuple[str, list[str]]:
@@ -48,6 +49,9 @@ def _named_to_positional(sql: str) -> tuple[str, list[str]]:
         return f"${names.index(name) + 1}"
 
     return re.sub(r"(?<![:\w]):([a-z_][a-z_0-9]*)", number, sql), names
+
+
+EVENT_MONTH_KEY = "notification_event_id_occurred_at_key"
 
 
 def _indexes(plan: Any) -> set[str]:
@@ -117,7 +121,7 @@ def generic_plan(conn: psycopg.Connection[Any], sql: str, values: dict[str, Any]
     row = cursor.fetchone()
     assert row is not None
     plan = row[0]
-    return plan if not isinstance(plan, str) else json.loads(plan)
+    return by_parent(plan if not isinstance(plan, str) else json.loads(plan))
 
 
 TOKEN = uuid.uuid4()
@@ -140,7 +144,10 @@ def test_hot_statement_uses_its_index_under_a_generic_plan(
     conn: psycopg.Connection[Any], statement: str, values: dict[str, Any], index: str
 ) -> None:
     plan = generic_plan(conn, str(SQL[statement].text), values)
-    assert index in _indexes(plan), json.dumps(plan, indent=1)[:3000]
+    # An event by id: its primary key, or the (id, occurred_at) key its recipients name, which
+    # starts with the id too (one probe either way).
+    accepted = {index} | ({EVENT_MONTH_KEY} if index == "notification_event_pkey" else set())
+    assert accepted & _indexes(plan), json.dumps(plan, indent=1)[:3000]
     assert not {t for t in _scans(plan) if t[0] == "Seq Scan"}, _scans(plan)
 
 
@@ -217,7 +224,7 @@ def test_page_under_row_level_security_starts_at_the_cursor(database_url: str) -
         )
         found = explained.fetchone()
         assert found is not None
-        plan = found[0] if not isinstance(found[0], str) else json.loads(found[0])
+        plan = by_parent(found[0] if not isinstance(found[0], str) else json.loads(found[0]))
         people = [n for n in _nodes(plan) if n.get("Relation Name") == "person"]
         assert people, plan
         discarded = sum(int(n.get("Rows Removed by Filter", 0)) for n in people)

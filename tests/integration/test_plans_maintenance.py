@@ -28,6 +28,7 @@ from herald.maintenance.queries import SQL as MAINTENANCE_SQL
 from herald.observability.queries import SQL as OBSERVABILITY_SQL
 from tests.conftest import create_database, drop_database
 from tests.integration.test_plans_claim import _literal, _nodes, _positional
+from tests.plans import by_parent, empty_partitions
 
 QUEUED = 5_000
 HISTORY = 20_000
@@ -57,14 +58,15 @@ def _seed(conn: psycopg.Connection[Any], *, tied: bool) -> None:
     )
     conn.execute(
         "INSERT INTO notification_recipient (tenant_id, event_id, user_public_id_snapshot, "
-        "occurred_at) SELECT 'plans', (SELECT max(id) FROM notification_event), "
-        "gen_random_uuid(), now() FROM generate_series(1, %s)",
+        "occurred_at) SELECT 'plans', e.id, gen_random_uuid(), e.occurred_at "
+        "FROM generate_series(1, %s), (SELECT id, occurred_at FROM notification_event "
+        "ORDER BY id DESC LIMIT 1) e",
         (HISTORY,),
     )
     conn.execute(
         "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
         "queued_at, next_attempt_at, claimed_at, lease_expires_at, failed_at, failure_count, "
-        "attempts, sent_at) "
+        "attempts, sent_at, occurred_at) "
         "SELECT tenant_id, event_id, id, 'email', "
         "CASE id % 100 WHEN 0 THEN 'queued' WHEN 1 THEN 'processing' WHEN 2 THEN 'failed' "
         "ELSE 'sent' END, now() - interval '2 hours', now() - interval '1 hour', "
@@ -72,7 +74,7 @@ def _seed(conn: psycopg.Connection[Any], *, tied: bool) -> None:
         "CASE WHEN id % 100 = 1 THEN now() + interval '5 minutes' END, "
         "CASE WHEN id % 100 = 2 THEN now() END, CASE WHEN id % 100 = 2 THEN 1 ELSE 0 END, "
         "CASE WHEN id % 100 = 0 OR id % 100 = 1 THEN 0 ELSE 1 END, "
-        "CASE WHEN id % 100 > 2 THEN now() END "
+        "CASE WHEN id % 100 > 2 THEN now() END, occurred_at "
         "FROM notification_recipient WHERE tenant_id = 'plans'"
     )
     conn.execute("VACUUM ANALYZE")
@@ -102,11 +104,16 @@ def _generic_plan(conn: psycopg.Connection[Any], statement: TextClause, **values
     row = conn.execute(f"EXPLAIN (FORMAT JSON) {execute}").fetchone()
     assert row is not None
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return plan[0]["Plan"]
+    return by_parent(plan[0]["Plan"], empty_partitions(conn))
 
 
 def _scans(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
-    return [n for n in _nodes(plan) if n.get("Relation Name") == relation]
+    """The reads of `relation` (of its partitions that hold rows)."""
+    return [
+        n
+        for n in _nodes(plan)
+        if n.get("Relation Name") == relation and not n.get("Empty Partition")
+    ]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,7 @@ async def delivery(
                 status=status,
                 attempts=attempts,
                 destination_hint="p●●●@example.com",
+                occurred_at=seed.recipient_month(recipient_id),
                 **STATUS_COLUMNS[status],
             )
             .returning(s.notification_delivery.c.id, s.notification_delivery.c.public_id)
@@ -153,7 +154,11 @@ async def delivery(
     for number in range(1, attempts + 1):
         await conn.execute(
             insert(s.notification_delivery_attempt).values(
-                tenant_id=tenant, delivery_id=row.id, outcome="sent", attempt_number=number
+                tenant_id=tenant,
+                delivery_id=row.id,
+                outcome="sent",
+                attempt_number=number,
+                occurred_at=seed.delivery_month(row.id),
             )
         )
     return Delivery(row.id, row.public_id, event_id, recipient_id)
@@ -409,8 +414,9 @@ async def test_no_level_deletes_a_parent_that_still_has_children(
     await full_event(engine, tenant, age_days=AGED)
     before = await counts(engine, tenant)
     async with engine.begin() as conn:
-        recipients = await queries.delete_aged_recipients(conn, days=180, limit=1000)
-        events = await queries.delete_aged_events(conn, days=180, limit=1000)
+        aged = datetime.now(UTC) - timedelta(days=180)
+        recipients = await queries.delete_aged_recipients(conn, before=aged, limit=1000)
+        events = await queries.delete_aged_events(conn, before=aged, limit=1000)
     assert (recipients, events) == (0, 0)
     assert await counts(engine, tenant) == before
 

@@ -18,6 +18,7 @@ from herald.db import schema as s
 from herald.db.engine import libpq_url
 from tests import seed
 from tests.conftest import create_database, drop_database
+from tests.plans import parent_name
 
 
 async def event(conn: AsyncConnection, tenant: str, **values: Any) -> int:
@@ -52,7 +53,7 @@ async def recipient(conn: AsyncConnection, tenant: str, event_id: int) -> int:
                     event_id=event_id,
                     user_id=person.id,
                     user_public_id_snapshot=person.public_id,
-                    occurred_at=s.NOW,
+                    occurred_at=seed.event_month(event_id),
                     variables={"name": "Aarati Shrestha"},
                 )
                 .returning(s.notification_recipient.c.id)
@@ -69,6 +70,7 @@ async def delivery(
         "event_id": event_id,
         "recipient_id": recipient_id,
         "channel": "email",
+        "occurred_at": seed.recipient_month(recipient_id),
         **values,
     }
     return int(
@@ -88,7 +90,8 @@ async def refused(engine: AsyncEngine, statement: Any) -> str:
         async with engine.begin() as conn:
             await conn.execute(statement)
     diag = getattr(caught.value.orig, "diag", None)
-    return str(getattr(diag, "constraint_name", "") or caught.value)
+    # A partitioned table's unique keys are its months' indexes: named by the parent's.
+    return parent_name(str(getattr(diag, "constraint_name", "") or caught.value))
 
 
 async def test_vocabularies_name_what_the_requirements_name() -> None:
@@ -212,7 +215,11 @@ async def test_delivery_uniques_and_replays(engine: AsyncEngine, tenant: str) ->
         await refused(
             engine,
             insert(d).values(
-                tenant_id=tenant, event_id=event_id, recipient_id=rid, channel="email"
+                tenant_id=tenant,
+                event_id=event_id,
+                recipient_id=rid,
+                channel="email",
+                occurred_at=seed.recipient_month(rid),
             ),
         )
         == "notification_delivery_single_target_key"
@@ -226,6 +233,7 @@ async def test_delivery_uniques_and_replays(engine: AsyncEngine, tenant: str) ->
                 recipient_id=rid,
                 channel="push",
                 provider_target_id=7,
+                occurred_at=seed.recipient_month(rid),
             ),
         )
         == "notification_delivery_multi_target_key"
@@ -237,7 +245,10 @@ async def test_delivery_uniques_and_replays(engine: AsyncEngine, tenant: str) ->
                 tenant_id=tenant,
                 event_id=event_id,
                 user_public_id_snapshot=snapshot,
-                occurred_at=s.NOW,
+                # The event's own (the key to the event admits no other): the same month.
+                occurred_at=select(s.notification_event.c.occurred_at)
+                .where(s.notification_event.c.id == event_id)
+                .scalar_subquery(),
             ),
         )
         == "notification_recipient_event_user_key"

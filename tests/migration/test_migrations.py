@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -13,7 +14,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, pool
 
 from herald import vocabulary
-from herald.db import migrate, schema
+from herald.db import migrate, partitions, schema
 from herald.db.engine import libpq_url, sqlalchemy_url
 from tests.conftest import create_database, drop_database
 
@@ -65,16 +66,29 @@ def test_migrations_equal_schema(empty_database: str, second_empty_database: str
     migrate.upgrade(empty_database)
     engine = create_engine(sqlalchemy_url(second_empty_database), poolclass=pool.NullPool)
     schema.metadata.create_all(engine)
+    with engine.begin() as conn:
+        # The months a migration made today (the tick's months), on the declared parents.
+        now = conn.exec_driver_sql("SELECT now()").scalar_one()
+        partitions.ensure(conn, partitions.ahead(now), protect=False)
     engine.dispose()
 
     migrated, declared = catalog(empty_database), catalog(second_empty_database)
     assert migrated == declared
+    assert any(name.endswith("_p" + partitions.Month.of(now).suffix[1:]) for _, name, _ in migrated)
 
     engine = create_engine(sqlalchemy_url(empty_database), poolclass=pool.NullPool)
     with engine.connect() as conn:
-        diffs = compare_metadata(MigrationContext.configure(conn), schema.metadata)
+        context = MigrationContext.configure(
+            conn, opts={"include_name": _not_a_partition, "include_schemas": False}
+        )
+        diffs = compare_metadata(context, schema.metadata)
     engine.dispose()
     assert diffs == []
+
+
+def _not_a_partition(name: str | None, kind: str, parent: object) -> bool:
+    """schema.py declares the partitioned parents; their months are herald.db.partitions'."""
+    return not (kind == "table" and name is not None and name not in schema.metadata.tables)
 
 
 def test_upgrade_downgrade_upgrade(empty_database: str) -> None:
@@ -170,18 +184,22 @@ def test_schema_shapes_the_requirements_name(database_url: str) -> None:
             "SELECT table_name, column_name FROM information_schema.columns "
             "WHERE table_schema='public' AND data_type = 'timestamp without time zone'"
         ).fetchall()
+    # The partition key (fixed per event, per recipient) is in every unique key (0021).
     assert (
         cons["notification_recipient_event_user_key"]
-        == "UNIQUE (event_id, user_public_id_snapshot)"
+        == "UNIQUE (event_id, user_public_id_snapshot, occurred_at)"
     )
     assert "ON DELETE SET NULL" in cons["notification_recipient_user_id_fkey"]
     assert "ON DELETE SET NULL" in cons["notification_recipient_audience_role_id_fkey"]
-    assert "ON DELETE CASCADE" in cons["notification_delivery_recipient_id_fkey"]
+    # Each month's delivery → recipient key, in its own partitions.
+    month = partitions.Month.of(datetime.now(UTC)).suffix
+    key = cons[f"notification_delivery_{month}_recipient_id_fkey"]
+    assert f"REFERENCES notification_recipient_{month}(id, occurred_at) ON DELETE CASCADE" in key
     single = idx["notification_delivery_single_target_key"]
-    assert "UNIQUE" in single and "(recipient_id, channel)" in single
+    assert "UNIQUE" in single and "(recipient_id, channel, occurred_at)" in single
     assert "provider_target_id IS NULL" in single and "replay_of_delivery_id IS NULL" in single
     multi = idx["notification_delivery_multi_target_key"]
-    assert "(recipient_id, channel, provider_target_id)" in multi
+    assert "(recipient_id, channel, provider_target_id, occurred_at)" in multi
     assert "provider_target_id IS NOT NULL" in multi and "replay_of_delivery_id IS NULL" in multi
     assert "WHERE" not in idx["notification_delivery_recipient_idx"]
     assert "WHERE is_active" in idx["notification_push_token_active_token_key"]
@@ -250,3 +268,126 @@ def test_unread_index_migration_on_a_populated_inbox(empty_database: str) -> Non
     migrate.downgrade(empty_database, "0018")
     assert "(user_id) WHERE (read_at IS NULL)" in definition()
     assert catalog(empty_database) == before
+
+
+POPULATE_0020 = """
+WITH p AS (
+    INSERT INTO person (tenant_id, external_id) VALUES ('t', 'ana') RETURNING id, public_id
+), e AS (
+    INSERT INTO notification_event
+        (tenant_id, kind, category, priority, audience, channels, dedupe_key, occurred_at)
+    SELECT 't', 'announcement.posted', 'announcement', 'normal', '{"kind": "all_users"}',
+           ARRAY['in_app', 'email'], md5(g::text) || md5('x' || g),
+           now() - make_interval(days => g * 20)
+      FROM generate_series(0, 5) g
+    RETURNING id, occurred_at
+), r AS (
+    INSERT INTO notification_recipient
+        (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at)
+    SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, p
+    RETURNING id, event_id
+), d AS (
+    INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status)
+    SELECT 't', r.event_id, r.id, c, 'queued' FROM r, unnest(ARRAY['in_app', 'email']) c
+    RETURNING id
+)
+INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, attempt_number)
+SELECT 't', d.id, 'failed', 1 FROM d
+"""
+
+ROWS = """
+SELECT (SELECT array_agg((r.id, r.occurred_at)::text ORDER BY r.id) FROM notification_recipient r),
+       (SELECT array_agg((d.id, d.recipient_id, d.channel)::text ORDER BY d.id)
+          FROM notification_delivery d),
+       (SELECT array_agg((a.id, a.delivery_id)::text ORDER BY a.id)
+          FROM notification_delivery_attempt a)
+"""
+
+
+def test_partitions_migration_on_a_populated_database(empty_database: str) -> None:
+    """0021 on a database holding rows of several months: the old tables become the legacy
+    partitions (rows, ids and keys as they were, occurred_at copied down), new rows land in this
+    month's partitions with ids after the old ones and per-month keys, every partition is under
+    row-level security; the down migration gives 0020's schema back with every row."""
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        conn.execute(POPULATE_0020)
+        before_rows = conn.execute(ROWS).fetchone()
+    before = catalog(empty_database)
+    migrate.upgrade(empty_database, "0021")
+    # The newest row is of this month, which the legacy partition keeps: months start after it.
+    month = partitions.Month.of(datetime.now(UTC)).next()
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        assert conn.execute(ROWS).fetchone() == before_rows
+        where = conn.execute(
+            "SELECT tableoid::regclass::text, count(*) FROM notification_delivery GROUP BY 1"
+        ).fetchall()
+        assert where == [("notification_delivery_legacy", 12)]
+        # The copied partition key: every delivery and attempt in its recipient's month.
+        assert conn.execute(
+            "SELECT count(*) FROM notification_delivery d JOIN notification_recipient r "
+            "ON r.id = d.recipient_id AND r.occurred_at = d.occurred_at"
+        ).fetchone() == (12,)
+        assert conn.execute(
+            "SELECT count(*) FROM notification_delivery_attempt a JOIN notification_delivery d "
+            "ON d.id = a.delivery_id AND d.occurred_at = a.occurred_at"
+        ).fetchone() == (12,)
+        bounds = dict(
+            conn.execute(
+                "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+                "JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'notification_recipient'::regclass"
+            ).fetchall()
+        )
+        assert bounds["notification_recipient_legacy"] == (
+            f"FOR VALUES FROM (MINVALUE) TO ('{month.start:%Y-%m-%d} 00:00:00+00')"
+        )
+        assert bounds["notification_recipient_default"] == "DEFAULT"
+        assert f"notification_recipient_{month.suffix}" in bounds
+        assert len(bounds) == 2 + partitions.MONTHS_AHEAD + 1
+        unprotected = conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent::regclass::text LIKE 'notification_%' "
+            "AND c.relkind = 'r' AND NOT (c.relrowsecurity AND c.relforcerowsecurity)"
+        ).fetchall()
+        assert unprotected == []
+        # A row of next month: its month's partition, an id after every old one, its month's key.
+        new = conn.execute(
+            "WITH e AS (INSERT INTO notification_event "
+            "  (tenant_id, kind, category, priority, audience, channels, dedupe_key, occurred_at) "
+            "  VALUES ('t', 'announcement.posted', 'announcement', 'normal', "
+            "  '{\"kind\": \"all_users\"}', ARRAY['email'], repeat('n', 64), %s) "
+            "  RETURNING id, occurred_at), "
+            "r AS (INSERT INTO notification_recipient "
+            "  (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at) "
+            "  SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, person p "
+            "  RETURNING id, event_id, occurred_at) "
+            "INSERT INTO notification_delivery "
+            "  (tenant_id, event_id, recipient_id, channel, status, occurred_at) "
+            "SELECT 't', r.event_id, r.id, 'email', 'queued', r.occurred_at FROM r "
+            "RETURNING id, tableoid::regclass::text",
+            (month.start,),
+        ).fetchone()
+        assert new is not None and new[1] == f"notification_delivery_{month.suffix}"
+        assert new[0] > max(int(row.split(",")[0].strip("(")) for row in before_rows[1])
+        # The month's keys: a recipient's month is its event's, a delivery's its recipient's.
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute(
+                "INSERT INTO notification_recipient "
+                "(tenant_id, event_id, user_public_id_snapshot, occurred_at) "
+                "SELECT 't', min(id), gen_random_uuid(), %s FROM notification_event",
+                (month.start,),
+            )
+        conn.rollback()
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute(
+                "INSERT INTO notification_delivery "
+                "(tenant_id, event_id, recipient_id, channel, status, occurred_at) "
+                "SELECT 't', min(id), -1, 'email', 'queued', %s FROM notification_event",
+                (month.start,),
+            )
+        conn.rollback()
+    migrate.downgrade(empty_database, "0020")
+    assert catalog(empty_database) == before
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        assert conn.execute(ROWS).fetchone() == before_rows

@@ -78,6 +78,9 @@ def _delivered_in_app() -> ColumnElement[bool]:
     """The delivery row `d` is recipient `r`'s in-app delivery, delivered (predicate 4 below)."""
     return and_(
         d.c.recipient_id == r.c.id,
+        # The delivery lives in its recipient's month: the probe reads that month's partition
+        # only (pruned as it runs, row by row), not one index per month.
+        d.c.occurred_at == r.c.occurred_at,
         d.c.channel == _constant("in_app"),
         d.c.status == _constant("delivered"),
     )

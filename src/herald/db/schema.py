@@ -16,6 +16,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -69,14 +70,25 @@ def _tenant() -> Column[str]:
     return Column("tenant_id", Text, nullable=False)
 
 
-def _public_id() -> Column[object]:
+def _public_id(*, unique: bool = True) -> Column[object]:
     return Column(
         "public_id",
         UUID(as_uuid=True),
         nullable=False,
-        unique=True,
+        unique=unique,
         server_default=text("gen_random_uuid()"),
     )
+
+
+def _month_key() -> Column[object]:
+    """The partition key of a monthly-partitioned table (herald.db.partitions): the event's
+    occurred_at, copied to the row; part of the primary key, as PostgreSQL requires."""
+    return Column("occurred_at", TZ, nullable=False, primary_key=True)
+
+
+# PostgreSQL requires the partition key in every unique key of a partitioned table; the month's
+# partitions are created by herald.db.partitions (migration 0021, then the maintenance tick).
+PARTITION_BY = "RANGE (occurred_at)"
 
 
 def _created_at() -> Column[object]:
@@ -266,6 +278,8 @@ notification_event = Table(
         "fanout_failed_at IS NULL OR (fanout_claimed_at IS NOT NULL AND fanout_completed_at IS NULL)",
         name="failed_while_claimed",
     ),
+    # What a recipient's key names (event, occurred_at): its month is its event's, provably.
+    UniqueConstraint("id", "occurred_at", name="notification_event_id_occurred_at_key"),
     Index("notification_event_occurred_at_idx", "occurred_at"),
     Index("notification_event_tenant_kind_idx", "tenant_id", "kind", "occurred_at"),
     # The admin history list pages by (occurred_at DESC, id DESC) within a tenant.
@@ -291,14 +305,10 @@ notification_recipient = Table(
     metadata,
     _id(),
     _tenant(),
-    _public_id(),
-    # Deleted bottom-up by retention, never by cascade from the event (R-RETENTION-5).
-    Column(
-        "event_id",
-        BigInteger,
-        ForeignKey("notification_event.id", ondelete="RESTRICT"),
-        nullable=False,
-    ),
+    _public_id(unique=False),
+    # Deleted bottom-up by retention, never by cascade from the event (R-RETENTION-5). The key
+    # to the event includes occurred_at (below), so a recipient's month is its event's.
+    Column("event_id", BigInteger, nullable=False),
     # SET NULL, never CASCADE: proof that a security notice was sent survives erasure (R-SCHEMA-18).
     Column("user_id", BigInteger, ForeignKey("person.id", ondelete="SET NULL")),
     Column("user_public_id_snapshot", UUID(as_uuid=True), nullable=False),
@@ -309,13 +319,28 @@ notification_recipient = Table(
     # The per-recipient overlay on the event's variables (R-SCHEMA-57).
     Column("variables", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("locale", Text, nullable=False, server_default="en"),
-    # Copied from the event so the centre pages by one index (same value as e.occurred_at).
-    Column("occurred_at", TZ, nullable=False),
+    # Copied from the event so the centre pages by one index (same value as e.occurred_at), and
+    # the monthly partition key: an event's rows all live in its month.
+    _month_key(),
     Column("read_at", TZ),
     _created_at(),
-    # A table constraint, not only an index (R-SCHEMA-17).
+    # A table constraint, not only an index (R-SCHEMA-17). occurred_at is the partition key and
+    # fixed per event, so (event, person) stays unique: exactly-once inbox rows hold.
     UniqueConstraint(
-        "event_id", "user_public_id_snapshot", name="notification_recipient_event_user_key"
+        "event_id",
+        "user_public_id_snapshot",
+        "occurred_at",
+        name="notification_recipient_event_user_key",
+    ),
+    # Unique within a month (version-4 uuids: a collision across months is not a practical case).
+    UniqueConstraint("public_id", "occurred_at", name="notification_recipient_public_id_key"),
+    # The event and its occurred_at: the partition key cannot differ from the event's, so the
+    # (event, person, occurred_at) key above is (event, person) unique (R-SCHEMA-17).
+    ForeignKeyConstraint(
+        ["event_id", "occurred_at"],
+        ["notification_event.id", "notification_event.occurred_at"],
+        ondelete="RESTRICT",
+        name="notification_recipient_event_id_fkey",
     ),
     vocab_check(
         "audience_scope_kind", vocabulary.SCOPE_KINDS, "audience_scope_kind", nullable=True
@@ -331,6 +356,7 @@ notification_recipient = Table(
         text("id DESC"),
         postgresql_where=text("read_at IS NULL"),
     ),
+    postgresql_partition_by=PARTITION_BY,
 )
 
 notification_delivery = Table(
@@ -338,13 +364,12 @@ notification_delivery = Table(
     metadata,
     _id(),
     _tenant(),
-    _public_id(),
-    Column(
-        "recipient_id",
-        BigInteger,
-        ForeignKey("notification_recipient.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    _public_id(unique=False),
+    # The recipient, in the same month: the key to it is each month's own (delivery partition →
+    # recipient partition, ON DELETE CASCADE), created with the months (herald.db.partitions).
+    Column("recipient_id", BigInteger, nullable=False),
+    # The recipient's occurred_at (so the event's): the partition key.
+    _month_key(),
     Column(
         "event_id",
         BigInteger,
@@ -410,6 +435,7 @@ notification_delivery = Table(
     CheckConstraint(
         "attempts >= 0 AND failure_count >= 0 AND lease_expiry_count >= 0", name="counters"
     ),
+    UniqueConstraint("public_id", "occurred_at", name="notification_delivery_public_id_key"),
     Index("notification_delivery_recipient_idx", "recipient_id"),
     Index("notification_delivery_event_id_idx", "event_id", "status"),
     # R-SCHEMA-24/25/50: exact complements, both excluding replays (R-SCHEMA-26).
@@ -417,6 +443,7 @@ notification_delivery = Table(
         "notification_delivery_single_target_key",
         "recipient_id",
         "channel",
+        "occurred_at",
         unique=True,
         postgresql_where=text("provider_target_id IS NULL AND replay_of_delivery_id IS NULL"),
     ),
@@ -425,6 +452,7 @@ notification_delivery = Table(
         "recipient_id",
         "channel",
         "provider_target_id",
+        "occurred_at",
         unique=True,
         postgresql_where=text("provider_target_id IS NOT NULL AND replay_of_delivery_id IS NULL"),
     ),
@@ -454,6 +482,9 @@ notification_delivery = Table(
     Index(
         "notification_delivery_inbox_idx",
         "recipient_id",
+        # With the id, the newest in-app row of a recipient is the end of its range: the list's
+        # content probe (ORDER BY id DESC LIMIT 1) needs no sort in any month.
+        "id",
         postgresql_where=text("channel = 'in_app' AND status = 'delivered'"),
     ),
     # What backfill re-drives once a provider is configured (R-BACKFILL-2).
@@ -475,6 +506,7 @@ notification_delivery = Table(
         "provider_message_id",
         postgresql_where=text("provider_message_id IS NOT NULL"),
     ),
+    postgresql_partition_by=PARTITION_BY,
 )
 
 notification_delivery_attempt = Table(
@@ -482,12 +514,10 @@ notification_delivery_attempt = Table(
     metadata,
     _id(),
     _tenant(),
-    Column(
-        "delivery_id",
-        BigInteger,
-        ForeignKey("notification_delivery.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # The delivery, in the same month (each month's own key, as for the delivery's recipient).
+    Column("delivery_id", BigInteger, nullable=False),
+    # The delivery's occurred_at: the partition key.
+    _month_key(),
     # R-STATE-21: only these fields; never a body, an address or a raw response.
     Column("outcome", Text, nullable=False),
     Column("attempt_number", Integer, nullable=False),
@@ -498,6 +528,7 @@ notification_delivery_attempt = Table(
     _created_at(),
     vocab_check("outcome", vocabulary.ATTEMPT_OUTCOMES, "outcome"),
     Index("notification_delivery_attempt_delivery_id_idx", "delivery_id"),
+    postgresql_partition_by=PARTITION_BY,
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -171,13 +171,14 @@ WITH u AS (
      WHERE d.id = ANY(ARRAY(SELECT u.id FROM u)) AND d.id = u.id AND r.id = d.recipient_id
        AND d.claimed_at = u.claimed_at
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
-              d.event_id
+              d.event_id, d.occurred_at
 ), {{ended_outbox}}
 ), evidence AS (
     INSERT INTO notification_delivery_attempt
            (tenant_id, delivery_id, outcome, attempt_number, provider_status, retry_delay_seconds,
-            error_code, provider_message_id)
-    SELECT ended.tenant_id, ended.id, u.outcome, ended.attempts, u.provider_status, u.delay, u.error, u.message_id
+            error_code, provider_message_id, occurred_at)
+    SELECT ended.tenant_id, ended.id, u.outcome, ended.attempts, u.provider_status, u.delay, u.error, u.message_id,
+           ended.occurred_at
       FROM ended JOIN u ON u.id = ended.id
      WHERE u.called
 )
@@ -228,7 +229,7 @@ WITH ended AS (
              LIMIT :limit
                FOR UPDATE SKIP LOCKED))
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
-              d.event_id
+              d.event_id, d.occurred_at
 ), {{ended_outbox}}
 )
 SELECT id, status, channel FROM ended;
@@ -259,8 +260,9 @@ RETURNING d.channel;
 -- itself the channel work (R-PLAT-6).
 INSERT INTO notification_delivery
        (tenant_id, event_id, recipient_id, channel, provider_target_id, replay_of_delivery_id, status,
-        queued_at, next_attempt_at)
-SELECT o.tenant_id, o.event_id, o.recipient_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now()
+        queued_at, next_attempt_at, occurred_at)
+SELECT o.tenant_id, o.event_id, o.recipient_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now(),
+       o.occurred_at
   FROM notification_delivery o
  WHERE o.tenant_id = :tenant_id AND o.public_id = :delivery_public_id AND o.channel <> 'in_app'
 RETURNING id, public_id, channel;

@@ -112,6 +112,7 @@ async def insert_digest(
                 recipient_id=recipient_id,
                 channel=channel,
                 status="queued",
+                occurred_at=occurred_at,  # its recipient's month (the partition key)
             )
             .returning(d.c.id, d.c.public_id)
         )

@@ -159,7 +159,12 @@ class DeliveryRows:
 
 
 async def insert_deliveries(
-    conn: AsyncConnection, *, tenant_id: str, event_id: int, rows: DeliveryRows
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    event_id: int,
+    occurred_at: datetime,
+    rows: DeliveryRows,
 ) -> None:
     if not rows:
         return
@@ -168,6 +173,7 @@ async def insert_deliveries(
         {
             "tenant_id": tenant_id,
             "event_id": event_id,
+            "occurred_at": occurred_at,
             "recipient_ids": rows.recipient_ids,
             "channels": rows.channels,
             "target_ids": rows.target_ids,

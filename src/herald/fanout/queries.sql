@@ -49,7 +49,7 @@ SELECT :tenant_id, :event_id, m.person_id, m.public_id, m.role_id,
   FROM unnest(CAST(:person_ids AS bigint[]), CAST(:public_ids AS uuid[]), CAST(:role_ids AS bigint[]),
               CAST(:names AS text[]), CAST(:locales AS text[]))
        AS m(person_id, public_id, role_id, name, locale)
-    ON CONFLICT (event_id, user_public_id_snapshot) DO NOTHING
+    ON CONFLICT (event_id, user_public_id_snapshot, occurred_at) DO NOTHING
 RETURNING id, user_id, public_id;
 
 -- name: insert_deliveries
@@ -59,11 +59,11 @@ RETURNING id, user_id, public_id;
 INSERT INTO notification_delivery
        (tenant_id, event_id, recipient_id, channel, provider_target_id, status, queued_at,
         next_attempt_at, delivered_at, skipped_at, rendered_title, rendered_body, template_version,
-        rendered_hash)
+        rendered_hash, occurred_at)
 SELECT :tenant_id, :event_id, d.recipient_id, d.channel, d.target_id, d.status, now(), now(),
        CASE WHEN d.status = 'delivered' THEN now() END,
        CASE WHEN d.skipped THEN now() END,
-       d.title, d.body, d.template_version, d.rendered_hash
+       d.title, d.body, d.template_version, d.rendered_hash, :occurred_at
   FROM unnest(CAST(:recipient_ids AS bigint[]), CAST(:channels AS text[]), CAST(:target_ids AS bigint[]),
               CAST(:statuses AS text[]), CAST(:skipped AS boolean[]), CAST(:titles AS text[]),
               CAST(:bodies AS text[]), CAST(:template_versions AS integer[]), CAST(:hashes AS text[]))

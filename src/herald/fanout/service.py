@@ -284,7 +284,9 @@ async def _write_page(
                 overrides,
                 outcome,
             )
-    await queries.insert_deliveries(conn, tenant_id=event.tenant_id, event_id=event.id, rows=rows)
+    await queries.insert_deliveries(
+        conn, tenant_id=event.tenant_id, event_id=event.id, occurred_at=event.occurred_at, rows=rows
+    )
     outcome.deliveries_written = len(rows)
     if "queued" in rows.statuses:
         await queries.wake_delivery_workers(conn)

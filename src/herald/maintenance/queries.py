@@ -39,13 +39,13 @@ class DeletedDeliveries:
 
 
 async def delete_aged_deliveries(
-    conn: AsyncConnection, *, days: int, limit: int
+    conn: AsyncConnection, *, before: datetime, limit: int
 ) -> DeletedDeliveries:
     row = (
         await conn.execute(
             SQL["delete_aged_deliveries"],
             {
-                "days": days,
+                "before": before,
                 "limit": limit,
                 "in_flight": list(vocabulary.IN_FLIGHT_STATUSES),
                 "uuid_pattern": UUID_PATTERN,
@@ -55,13 +55,13 @@ async def delete_aged_deliveries(
     return DeletedDeliveries(deliveries=int(row.deliveries), attempts=int(row.attempts))
 
 
-async def delete_aged_recipients(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(SQL["delete_aged_recipients"], {"days": days, "limit": limit})
+async def delete_aged_recipients(conn: AsyncConnection, *, before: datetime, limit: int) -> int:
+    result = await conn.execute(SQL["delete_aged_recipients"], {"before": before, "limit": limit})
     return int(result.rowcount)
 
 
-async def delete_aged_events(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(SQL["delete_aged_events"], {"days": days, "limit": limit})
+async def delete_aged_events(conn: AsyncConnection, *, before: datetime, limit: int) -> int:
+    result = await conn.execute(SQL["delete_aged_events"], {"before": before, "limit": limit})
     return int(result.rowcount)
 
 

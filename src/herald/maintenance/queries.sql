@@ -3,7 +3,9 @@
 -- beneath them, at most :limit deliveries per statement, the bound a subquery (R-RETENTION-6).
 -- Attempts go in the same statement by name, not by the foreign key's cascade, so the statement
 -- deletes exactly what it says (at most :limit × the attempt budget rows).
--- Aged means occurred_at (R-RETENTION-8; notification_event_occurred_at_idx). An event is touched
+-- Aged means occurred_at (R-RETENTION-8; notification_event_occurred_at_idx) before :before: the
+-- retention cutoff, or the start of its month when that month is a partition retention drops
+-- whole (herald.db.partitions.Layout.aged_before). An event is touched
 -- only when it is finished (fanned out or cancelled), has no queued/processing/failed delivery
 -- (R-RETENTION-3) and no delivery named by an unreplayed dead letter (R-RETENTION-4): payload_ref
 -- is not a foreign key, so this predicate is the only thing keeping the row an operator will
@@ -28,7 +30,7 @@ WITH dead_lettered AS MATERIALIZED (
     SELECT d.id
       FROM notification_event e
       JOIN notification_delivery d ON d.event_id = e.id
-     WHERE e.occurred_at < now() - make_interval(days => :days)
+     WHERE e.occurred_at < :before
        AND (e.fanout_completed_at IS NOT NULL OR e.cancelled_at IS NOT NULL)
        AND NOT EXISTS (SELECT 1
                          FROM notification_delivery f
@@ -60,7 +62,7 @@ DELETE FROM notification_recipient r
         SELECT c.id
           FROM notification_event e
           JOIN notification_recipient c ON c.event_id = e.id
-         WHERE e.occurred_at < now() - make_interval(days => :days)
+         WHERE e.occurred_at < :before
            AND (e.fanout_completed_at IS NOT NULL OR e.cancelled_at IS NOT NULL)
            AND NOT EXISTS (SELECT 1 FROM notification_delivery d WHERE d.event_id = e.id)
            AND NOT EXISTS (SELECT 1 FROM notification_delivery d WHERE d.recipient_id = c.id)
@@ -75,7 +77,7 @@ DELETE FROM notification_event e
  WHERE e.id IN (
         SELECT c.id
           FROM notification_event c
-         WHERE c.occurred_at < now() - make_interval(days => :days)
+         WHERE c.occurred_at < :before
            AND (c.fanout_completed_at IS NOT NULL OR c.cancelled_at IS NOT NULL)
            AND NOT EXISTS (SELECT 1 FROM notification_recipient r WHERE r.event_id = c.id)
            AND NOT EXISTS (SELECT 1 FROM notification_delivery d WHERE d.event_id = c.id)

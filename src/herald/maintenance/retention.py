@@ -24,14 +24,21 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald import vocabulary
 from herald.config import Settings
 from herald.console import sessions
+from herald.db import partitions
 from herald.maintenance import queries
+from herald.maintenance.queries import UUID_PATTERN
 
 log = logging.getLogger(__name__)
+
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout
 
 # Statements per level per tick: 50 × 1,000 rows = 50,000 deliveries a tick at most.
 MAX_BATCHES_PER_TICK = 50
@@ -55,6 +62,10 @@ class RetentionReport:
     webhook_messages: int = 0
     undeliverable_addresses: int = 0
     console_sessions: int = 0
+    # The month partitions dropped whole (their suffixes; "legacy" for the legacy partitions).
+    months_dropped: list[str] = field(default_factory=list)
+    # Events of dropped months whose rows were kept (moved to the default partition).
+    kept_events: int = 0
     statements: int = 0
     slowest_statement_seconds: float = 0.0
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -67,7 +78,8 @@ class RetentionReport:
     @property
     def deleted(self) -> int:
         return (
-            self.deliveries
+            len(self.months_dropped)
+            + self.deliveries
             + self.recipients
             + self.events
             + self.push_tokens
@@ -134,18 +146,19 @@ async def prune_events(
     bounded statement per level (at most `max_batches` rounds)."""
     report = report if report is not None else RetentionReport()
     runner = _Runner(engine, settings, report, max_batches, on_statement)
-    days, limit = settings.retention_days, settings.retention_batch_size
+    limit = settings.retention_batch_size
+    before = await drop_aged_months(engine, settings, report=report, on_statement=on_statement)
 
     async def deliveries(conn: AsyncConnection) -> int:
-        deleted = await queries.delete_aged_deliveries(conn, days=days, limit=limit)
+        deleted = await queries.delete_aged_deliveries(conn, before=before, limit=limit)
         report.attempts += deleted.attempts
         return deleted.deliveries
 
     async def recipients(conn: AsyncConnection) -> int:
-        return await queries.delete_aged_recipients(conn, days=days, limit=limit)
+        return await queries.delete_aged_recipients(conn, before=before, limit=limit)
 
     async def events(conn: AsyncConnection) -> int:
-        return await queries.delete_aged_events(conn, days=days, limit=limit)
+        return await queries.delete_aged_events(conn, before=before, limit=limit)
 
     # Rounds of one statement per level, in bottom-up order: what a round's delivery statement
     # emptied, the same round's recipient and event statements take, so the oldest end of the
@@ -162,6 +175,69 @@ async def prune_events(
         if max(gone, orphaned, emptied) < limit:
             break
     return report
+
+
+async def drop_aged_months(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    report: RetentionReport,
+    on_statement: StatementHook | None = None,
+) -> datetime:
+    """Drop every month partition that has wholly aged (each month in its own short
+    transaction; what it must keep is moved to the default partition first, partitions.
+    drop_month), then the legacy partitions once the bounded deletes emptied them. Returns where
+    the bounded deletes stop (partitions.Layout.aged_before): they take what a drop could not —
+    the default and legacy partitions, and a month keeping too much to move."""
+    async with engine.connect() as conn:
+        layout = await partitions.layout(conn)
+    cutoff = layout.now - timedelta(days=settings.retention_days)
+    for month in layout.months:
+        if month.end > cutoff:
+            break
+
+        async def drop(conn: AsyncConnection, month: partitions.Month = month) -> int:
+            dropped = await partitions.drop_month(
+                conn, month, in_flight=vocabulary.IN_FLIGHT_STATUSES, uuid_pattern=UUID_PATTERN
+            )
+            report.kept_events += dropped.kept_events if dropped.dropped else 0
+            return int(dropped.dropped)
+
+        if await _partition_step(engine, report, "months", drop, on_statement):
+            report.months_dropped.append(month.suffix)
+    if layout.legacy:
+
+        async def legacy(conn: AsyncConnection) -> int:
+            return int(await partitions.drop_legacy_if_empty(conn))
+
+        if await _partition_step(engine, report, "legacy", legacy, on_statement):
+            report.months_dropped.append(partitions.LEGACY)
+    return layout.aged_before(settings.retention_days)
+
+
+async def _partition_step(
+    engine: AsyncEngine,
+    report: RetentionReport,
+    level: str,
+    statement: Callable[[AsyncConnection], Awaitable[int]],
+    on_statement: StatementHook | None,
+) -> int:
+    """One partition drop in its own transaction. A lock not granted in time leaves the month
+    for the next tick (the bounded deletes never touch it meanwhile, so nothing is lost)."""
+    started = time.perf_counter()
+    try:
+        async with engine.begin() as conn:
+            done = await statement(conn)
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        log.info("retention: a partition drop waited too long for its locks; next tick")
+        done = 0
+    seconds = time.perf_counter() - started
+    report.record(level, seconds)
+    if on_statement is not None:
+        on_statement(level, done, seconds)
+    return done
 
 
 DeleteAged = Callable[..., Awaitable[int]]
@@ -323,7 +399,8 @@ def log_report(report: RetentionReport) -> None:
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
             "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
-            "%d console sessions in %d statements (slowest %.3f s)",
+            "%d console sessions, %d month partitions dropped whole (%s; %d kept events moved to "
+            "the default partition) in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
             report.recipients,
@@ -337,6 +414,9 @@ def log_report(report: RetentionReport) -> None:
             report.webhook_messages,
             report.undeliverable_addresses,
             report.console_sessions,
+            len(report.months_dropped),
+            ", ".join(report.months_dropped) or "none",
+            report.kept_events,
             report.statements,
             report.slowest_statement_seconds,
         )

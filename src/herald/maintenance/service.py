@@ -25,11 +25,14 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.channels.base import Provider
 from herald.config import Settings
+from herald.db import partitions
 from herald.delivery import service as delivery
 from herald.fanout import service as fanout
 from herald.maintenance import credit, opmail, retention
@@ -66,6 +69,9 @@ class TickReport:
     credit: CreditReading | None = None
     operational_email: SendReport | None = None
     retention: RetentionReport = field(default_factory=RetentionReport)
+    # Monthly partitions created ahead (their names), and months the default partition blocks.
+    partitions_created: list[str] = field(default_factory=list)
+    partitions_blocked: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
 
@@ -144,6 +150,27 @@ async def run_tick(
     async def prune_events() -> None:
         await retention.prune_events(engine, settings, report=report.retention)
 
+    async def create_partitions() -> None:
+        # This month and the next two, so no row of the coming weeks waits on a tick.
+        try:
+            async with engine.begin() as conn:
+                ensured = await partitions.ensure_async(conn, datetime.now(UTC))
+        except DBAPIError as error:
+            if getattr(error.orig, "sqlstate", None) != retention.LOCK_NOT_AVAILABLE:
+                raise
+            log.info("partitions: the parent tables stayed busy past the lock timeout; next tick")
+            return
+        report.partitions_created = [
+            s.split('"')[1] for s in ensured.statements if s.startswith("CREATE TABLE")
+        ]
+        report.partitions_blocked = [m.suffix for m in ensured.blocked]
+        if ensured.blocked:
+            log.warning(
+                "partitions: the default partition holds rows of %s, so those months stay in it "
+                "(kept and aged by the bounded deletes)",
+                ", ".join(report.partitions_blocked),
+            )
+
     await sweep("reclaim_expired_leases", reclaim)
     if "reclaim_expired_leases" not in report.failures:  # counted once committed
         for channel in report.reclaimed_channels:
@@ -157,6 +184,7 @@ async def run_tick(
         await step("sms_credit_check", credit_check)
     if providers is not None and "email" in providers:
         await step("operational_email", operational_email)
+    await step("create_partitions", create_partitions)
     # Independent retentions, each run whatever the others found or raised (R-RETENTION-9).
     await step("retention_events", prune_events)
     for prune in retention.TABLE_PRUNES:

@@ -156,7 +156,10 @@ def statement(
             .where(pg.c.admitted)
             .order_by(pg.c.id),
         )
-        .on_conflict_do_nothing(index_elements=[r.c.event_id, r.c.user_public_id_snapshot])
+        # The key includes occurred_at, the partition key: fixed per event, so it adds nothing.
+        .on_conflict_do_nothing(
+            index_elements=[r.c.event_id, r.c.user_public_id_snapshot, r.c.occurred_at]
+        )
         .returning(r.c.id, r.c.user_id, r.c.public_id, r.c.audience_role_id)
         .cte("ins_r")
     )
@@ -184,6 +187,7 @@ def statement(
                 "rendered_body",
                 "template_version",
                 "rendered_hash",
+                "occurred_at",
             ],
             select(
                 literal(tenant_id, Text),
@@ -200,6 +204,8 @@ def statement(
                 rows.c.body,
                 rows.c.template_version,
                 rows.c.rendered_hash,
+                # The recipient's month (its partition key), so the delivery lives beside it.
+                literal(occurred_at, s.TZ),
             ),
         )
         .returning(d.c.recipient_id, d.c.channel, d.c.status)
