@@ -47,6 +47,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ from tests.e2e.harness import HERALD, free_port  # noqa: E402
 
 from herald.auth.service import sign_token  # noqa: E402
 from herald.config import Settings  # noqa: E402
-from herald.db import embedded, migrate  # noqa: E402
+from herald.db import embedded, migrate, partitions  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
 
 BENCH_TENANT = "bench"
@@ -89,8 +90,9 @@ def seed_inbox(
     heavy: Sequence[str],
     heavy_rows: int,
     read_share: float = 0.3,
+    spacing_minutes: float = 1.0,
 ) -> int:
-    """Events 1..max(per_person, heavy_rows), one minute apart; every live person of `tenant`
+    """Events 1..max(per_person, heavy_rows), `spacing_minutes` apart; every live person of `tenant`
     gets the newest `per_person` of them, the `heavy` people (external ids) `heavy_rows`; one
     delivered in-app delivery per recipient, `read_share` of them read. Returns the row count."""
     events = max(per_person, heavy_rows)
@@ -104,11 +106,11 @@ def seed_inbox(
         " fanout_completed_at, recipient_count, variables)"
         " SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',"
         " '{\"kind\": \"all_users\"}', ARRAY['in_app'], md5(g::text) || md5('x' || g),"
-        " now() - g * interval '1 minute', now(), gen_random_uuid(), now(), 0,"
+        " now() - g * %(spacing)s * interval '1 minute', now(), gen_random_uuid(), now(), 0,"
         " jsonb_build_object('n', g)"
         " FROM generate_series(1, %(events)s) g RETURNING id, occurred_at, (variables->>'n')::int"
         " AS n) INSERT INTO bench_event SELECT n, id, occurred_at FROM e",
-        {"tenant": tenant, "events": events},
+        {"tenant": tenant, "events": events, "spacing": spacing_minutes},
     )
     conn.execute(
         "INSERT INTO notification_recipient (tenant_id, event_id, user_id,"
@@ -130,9 +132,9 @@ def seed_inbox(
     )
     inserted = conn.execute(
         "INSERT INTO notification_delivery (tenant_id, recipient_id, event_id, channel, status,"
-        " delivered_at, rendered_title, rendered_body)"
+        " delivered_at, rendered_title, rendered_body, occurred_at)"
         " SELECT r.tenant_id, r.id, r.event_id, 'in_app', 'delivered', r.occurred_at,"
-        " 'Sports day moved', 'Sports day is now on Friday; bring a water bottle.'"
+        " 'Sports day moved', 'Sports day is now on Friday; bring a water bottle.', r.occurred_at"
         " FROM notification_recipient r WHERE r.tenant_id = %(tenant)s",
         {"tenant": tenant},
     ).rowcount
@@ -148,8 +150,29 @@ def seed_large(conn: psycopg.Connection[Any], args: argparse.Namespace) -> tuple
     rest = max(args.rows - args.heavy * args.heavy_rows, 0)
     # Rounded up, so the inbox holds at least --rows rows.
     per_person = max(-(-rest // max(args.people - args.heavy, 1)), 1)
+    spacing = 1.0
+    if args.months:
+        # The events spread over the last --months months, each month a partition of its own (as
+        # the maintenance tick would have made them): the inbox as a year of use leaves it.
+        events = max(per_person, args.heavy_rows)
+        spacing = args.months * 30 * 24 * 60 / events
+        first = partitions.Month.of(datetime.now(UTC) - timedelta(days=args.months * 30 + 1))
+        months = partitions.months_from(first, args.months + 2)
+        existing = [
+            row[0]
+            for row in conn.execute(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            )
+        ]
+        for statement in partitions.plan(existing, months, protect=True):
+            conn.execute(statement)  # type: ignore[arg-type]
     rows = seed_inbox(
-        conn, BENCH_TENANT, per_person=per_person, heavy=heavy, heavy_rows=args.heavy_rows
+        conn,
+        BENCH_TENANT,
+        per_person=per_person,
+        heavy=heavy,
+        heavy_rows=args.heavy_rows,
+        spacing_minutes=spacing,
     )
     return rows, heavy
 
@@ -712,6 +735,12 @@ def main() -> None:
     parser.add_argument("--heavy", type=int, default=20)
     parser.add_argument("--heavy-rows", type=int, default=5_000)
     parser.add_argument("--deep", type=int, default=50, help="pages in, for the deep page")
+    parser.add_argument(
+        "--months",
+        type=int,
+        default=0,
+        help="--large: spread the events over this many months, one partition each",
+    )
     parser.add_argument(
         "--pool-size", type=int, help="HERALD_DB_POOL_SIZE of the API (default: its default)"
     )

@@ -129,9 +129,10 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: boo
         # several events interleave; tied: every row due at the same instant (one batch).
         conn.execute(
             "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
-            "queued_at, next_attempt_at) SELECT tenant_id, event_id, id, 'email', 'queued', "
-            "now() - interval '2 hours', CASE WHEN %s THEN now() - interval '1 hour' "
-            "ELSE now() - interval '2 hours' + (row_number() OVER (ORDER BY id)) * interval '1 ms' END "
+            "queued_at, next_attempt_at, occurred_at) SELECT tenant_id, event_id, id, 'email', "
+            "'queued', now() - interval '2 hours', CASE WHEN %s THEN now() - interval '1 hour' "
+            "ELSE now() - interval '2 hours' + (row_number() OVER (ORDER BY id)) * interval '1 ms' END, "
+            "occurred_at "
             "FROM notification_recipient WHERE event_id = %s",
             (tied, event_id),
         )

@@ -83,12 +83,12 @@ def baseline_copy(url: str, people: int) -> tuple[float, float | None]:
     """COPY N recipients and 2N deliveries for one event into the real tables; return seconds
     and the backend's CPU seconds."""
     with psycopg.connect(libpq_url(url)) as conn:
-        event_id = conn.execute(
+        event_id, occurred_at = conn.execute(
             "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, channels, "
             "variables, dedupe_key) VALUES (%s, 'announcement.posted', 'announcement', 'normal', "
-            "'{\"kind\":\"all_users\"}', ARRAY['in_app','email'], '{}', %s) RETURNING id",
+            "'{\"kind\":\"all_users\"}', ARRAY['in_app','email'], '{}', %s) RETURNING id, occurred_at",
             (TENANT, uuid.uuid4().hex * 2),
-        ).fetchone()[0]  # type: ignore[index]
+        ).fetchone()  # type: ignore[misc]
         person_rows = conn.execute(
             "SELECT id, public_id, full_name FROM person WHERE tenant_id = %s ORDER BY id",
             (TENANT,),
@@ -110,7 +110,7 @@ def baseline_copy(url: str, people: int) -> tuple[float, float | None]:
                         public_id,
                         json.dumps({"name": name}),
                         "en",
-                        "2026-11-30T00:00:00Z",
+                        occurred_at,
                     )
                 )
         recipient_ids = [
@@ -121,7 +121,7 @@ def baseline_copy(url: str, people: int) -> tuple[float, float | None]:
         ]
         with conn.cursor().copy(
             "COPY notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
-            "delivered_at, rendered_title, rendered_body) FROM STDIN"
+            "delivered_at, rendered_title, rendered_body, occurred_at) FROM STDIN"
         ) as copy:
             for rid in recipient_ids:
                 copy.write_row(
@@ -134,9 +134,12 @@ def baseline_copy(url: str, people: int) -> tuple[float, float | None]:
                         "2026-11-30T00:00:00Z",
                         "Sports day moved",
                         "It is now on Friday.",
+                        occurred_at,
                     )
                 )
-                copy.write_row((TENANT, event_id, rid, "email", "queued", None, None, None))
+                copy.write_row(
+                    (TENANT, event_id, rid, "email", "queued", None, None, None, occurred_at)
+                )
         conn.commit()
         elapsed = time.perf_counter() - started
         cpu = cpu_delta(cpu_before, backend_cpu(conn.info.backend_pid))

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import create_database, drop_database  # noqa: E402
 
 from herald.config import Settings  # noqa: E402
-from herald.db import embedded, migrate  # noqa: E402
+from herald.db import embedded, migrate, partitions  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
 from herald.maintenance import queries, retention  # noqa: E402
 
@@ -76,6 +76,38 @@ class Seeded:
     replayed_events: set[int] = field(default_factory=set)
     # (event id, delivery id) of each delivery a dead letter must name.
     letter_targets: list[tuple[int, int, bool]] = field(default_factory=list)
+
+
+def create_months(url: str) -> int:
+    """The month partitions a Herald running through the seeded history would have: the
+    maintenance tick creates each month ahead of it. Returns how many months."""
+    from sqlalchemy import create_engine, pool
+
+    from herald.db.engine import sqlalchemy_url
+
+    first = partitions.Month.of(NOW - timedelta(days=RETENTION_DAYS + 201))
+    months = partitions.months_from(first, 0)
+    while months[-1] < partitions.Month.of(NOW):
+        months.append(months[-1].next())
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    with engine.begin() as conn:
+        partitions.ensure(conn, months)
+    engine.dispose()
+    return len(months)
+
+
+def aged_before(url: str) -> datetime:
+    """Where retention's row-by-row deletes stop (partitions.Layout.aged_before)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        cutoff = conn.execute(
+            "SELECT now() - make_interval(days => %s)", (RETENTION_DAYS,)
+        ).fetchone()[0]  # type: ignore[index]
+        month = partitions.Month.of(cutoff)
+        exists = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL",
+            (partitions.name(partitions.RECIPIENT, month.suffix),),
+        ).fetchone()[0]  # type: ignore[index]
+    return month.start if exists else cutoff
 
 
 def seed(url: str, deliveries: int) -> Seeded:
@@ -152,7 +184,7 @@ def seed(url: str, deliveries: int) -> Seeded:
                         row = ("skipped_preference", 0, None, None, ts(sent), None, None)
                     else:
                         row = ("sent", 1, ts(sent), None, None, None, None)
-                        attempt_rows.append((TENANT, did, "sent", 1, None))
+                        attempt_rows.append((TENANT, did, "sent", 1, None, ts(occurred)))
                     status, attempts, sent_at, delivered_at, skipped_at, failed_at, dead_at = row
                     delivery_rows.append(
                         (
@@ -174,6 +206,7 @@ def seed(url: str, deliveries: int) -> Seeded:
                             "It is now on Friday." if channel in ("in_app", "email") else None,
                             None,  # claimed_at
                             None,  # lease_expires_at
+                            ts(occurred),  # the partition key: the recipient's (event's) month
                         )
                     )
             return first_delivery, next_delivery - 1
@@ -245,14 +278,14 @@ def seed(url: str, deliveries: int) -> Seeded:
         with conn.cursor().copy(
             "COPY notification_delivery (id, tenant_id, recipient_id, event_id, channel, status, "
             "attempts, queued_at, sent_at, delivered_at, skipped_at, failed_at, dead_at, "
-            "destination_hint, rendered_title, rendered_body, claimed_at, lease_expires_at) "
-            "FROM STDIN"
+            "destination_hint, rendered_title, rendered_body, claimed_at, lease_expires_at, "
+            "occurred_at) FROM STDIN"
         ) as copy:
             for row in delivery_rows:
                 copy.write_row(row)
         with conn.cursor().copy(
             "COPY notification_delivery_attempt (tenant_id, delivery_id, outcome, attempt_number, "
-            "error_code) FROM STDIN"
+            "error_code, occurred_at) FROM STDIN"
         ) as copy:
             for row in attempt_rows:
                 copy.write_row(row)
@@ -344,7 +377,7 @@ async def sweep(url: str, batch: int) -> tuple[float, dict[str, Level]]:
 def explain(url: str, batch: int) -> None:
     sql = (
         str(queries.SQL["delete_aged_deliveries"])
-        .replace(":days", str(RETENTION_DAYS))
+        .replace(":before", f"now() - interval '{RETENTION_DAYS} days'")
         .replace(":limit", str(batch))
         .replace("CAST(:in_flight AS text[])", "ARRAY['queued','processing','failed']")
         .replace(":uuid_pattern", f"'{queries.UUID_PATTERN}'")
@@ -362,6 +395,8 @@ def baseline_cascade(url: str, seeded: Seeded) -> tuple[float, int, int]:
     the lock every deleted row holds lasts as long as this statement. Returns (seconds, events,
     deliveries deleted)."""
     with psycopg.connect(libpq_url(url)) as conn:
+        # The deliveries and attempts of a month follow their recipients by the months' own
+        # keys (ON DELETE CASCADE); the event keys become cascading here.
         for table in ("notification_recipient", "notification_delivery"):
             conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT {table}_event_id_fkey")
             conn.execute(
@@ -419,10 +454,11 @@ def verify(url: str, seeded: Seeded) -> list[str]:
             problems.append(
                 f"in-flight deliveries: {in_flight}, seeded {len(seeded.in_flight_events)}"
             )
+        # Aged: before the cutoff, or before its month's start when that month is a partition
+        # (dropped whole once it has all aged; its rows wait for it).
         aged_left = conn.execute(
-            "SELECT count(*) FROM notification_event WHERE occurred_at < now() - make_interval(days => %s) "
-            "AND NOT (id = ANY(%s))",
-            (RETENTION_DAYS, sorted(kept)),
+            "SELECT count(*) FROM notification_event WHERE occurred_at < %s AND NOT (id = ANY(%s))",
+            (aged_before(url), sorted(kept)),
         ).fetchone()[0]  # type: ignore[index]
         if aged_left:
             problems.append(f"{aged_left} aged, finished, unprotected events were left")
@@ -455,6 +491,12 @@ def main() -> None:
     parser.add_argument("--deliveries", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--explain", action="store_true", help="print the level-1 plan first")
+    parser.add_argument(
+        "--no-months",
+        action="store_true",
+        help="seed without month partitions (every row in the default partition: the bounded "
+        "deletes alone, as before partitioning)",
+    )
     args = parser.parse_args()
 
     server = os.environ.get("HERALD_BENCH_DATABASE_URL") or embedded.start(
@@ -467,6 +509,7 @@ def main() -> None:
         migrate.upgrade(url)
         with psycopg.connect(libpq_url(url)) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        months = 0 if args.no_months else create_months(url)
         started = time.perf_counter()
         seeded = seed(url, args.deliveries)
         seed_seconds = time.perf_counter() - started
@@ -474,7 +517,8 @@ def main() -> None:
             conn.execute(f'CREATE DATABASE "{copy_name}" TEMPLATE "{name}"')
         copy_url = url.replace(f"/{name}", f"/{copy_name}")
         print(
-            f"PostgreSQL {version}; seeded in {seed_seconds:.1f} s: {seeded.events:,} events "
+            f"PostgreSQL {version}; {months} month partitions; "
+            f"seeded in {seed_seconds:.1f} s: {seeded.events:,} events "
             f"({seeded.aged_events:,} aged), {seeded.recipients:,} recipients, "
             f"{seeded.deliveries:,} deliveries, {seeded.attempts:,} attempts; aged events kept by "
             f"an in-flight delivery: {len(seeded.in_flight_events)}, by an unreplayed dead letter: "
