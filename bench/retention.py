@@ -368,16 +368,24 @@ async def sweep(url: str, batch: int) -> tuple[float, dict[str, Level]]:
         entry.seconds.append(seconds)
 
     started = time.perf_counter()
-    await retention.run_retention(engine, settings, max_batches=None, on_statement=on_statement)
+    report = await retention.run_retention(
+        engine, settings, max_batches=None, on_statement=on_statement
+    )
     elapsed = time.perf_counter() - started
     await engine.dispose()
+    if report.months_dropped:
+        print(
+            f"  months dropped whole: {', '.join(report.months_dropped)} "
+            f"({report.kept_events} kept events moved to the default partition)"
+        )
     return elapsed, dict(levels)
 
 
 def explain(url: str, batch: int) -> None:
     sql = (
-        str(queries.SQL["delete_aged_deliveries"])
-        .replace(":before", f"now() - interval '{RETENTION_DAYS} days'")
+        str(queries.windowed("delete_aged_deliveries", queries.PARENTS))
+        .replace("CAST(:after AS timestamptz)", "'-infinity'::timestamptz")
+        .replace("CAST(:before AS timestamptz)", f"now() - interval '{RETENTION_DAYS} days'")
         .replace(":limit", str(batch))
         .replace("CAST(:in_flight AS text[])", "ARRAY['queued','processing','failed']")
         .replace(":uuid_pattern", f"'{queries.UUID_PATTERN}'")

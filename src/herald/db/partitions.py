@@ -249,17 +249,29 @@ async def ensure_async(conn: AsyncConnection, now: datetime) -> Ensured:
 _NOW_AND_MONTHS = text(
     "SELECT now() AS now, array_agg(c.relname ORDER BY c.relname) AS partitions "
     "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-    "WHERE i.inhparent = to_regclass(:parent)"
+    "WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest(CAST(:tables AS text[])) t) "
+    "AND c.relkind = 'r'"
 )
 
 
 @dataclass(frozen=True)
+class Window:
+    """A stretch [after, before) of occurred_at (after None: from the beginning) and, for each of
+    the three tables, the one partition that holds it."""
+
+    after: datetime | None
+    before: datetime
+    parts: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Layout:
-    """The database's clock and the recipient table's partitions, read once per retention run."""
+    """The database's clock and the three tables' partitions, read once per retention run."""
 
     now: datetime
     months: list[Month]
     legacy: bool
+    names: frozenset[str] = frozenset()
 
     def aged_before(self, days: int) -> datetime:
         """Where the bounded deletes stop: the retention cutoff, or the start of the cutoff's
@@ -270,17 +282,41 @@ class Layout:
         month = Month.of(cutoff)
         return month.start if month in self.months else cutoff
 
+    def windows(self, before: datetime) -> list[Window]:
+        """The stretches of occurred_at up to `before`, oldest first, each held by one partition
+        of each table: a month; a stretch between months, or before the first, that no month
+        holds (the default partition); everything before the first month on a migrated database
+        (a table's legacy partition, where it has one). A statement naming that partition reads
+        it alone, with its own statistics, as the unpartitioned table was read."""
+        points = sorted({p for m in self.months for p in (m.start, m.end) if p < before} | {before})
+        months = {m.start: m for m in self.months}
+        windows = []
+        for after, end in zip([None, *points[:-1]], points, strict=True):
+            month = months.get(after) if after is not None else None
+            parts = {}
+            for table in TABLES:
+                if month is not None and month.end == end:
+                    parts[table] = name(table, month.suffix)
+                elif after is None and name(table, LEGACY) in self.names:
+                    parts[table] = name(table, LEGACY)
+                else:
+                    parts[table] = name(table, DEFAULT)
+            windows.append(Window(after, end, parts))
+        return windows
+
 
 async def layout(conn: AsyncConnection) -> Layout:
-    row = (await conn.execute(_NOW_AND_MONTHS, {"parent": RECIPIENT})).one()
-    names = list(row.partitions or [])
-    months = sorted(m for m in map(month_of, names) if m is not None)
-    return Layout(now=row.now, months=months, legacy=name(RECIPIENT, LEGACY) in names)
+    row = (await conn.execute(_NOW_AND_MONTHS, {"tables": list(TABLES)})).one()
+    names = frozenset(row.partitions or [])
+    months = sorted(
+        {m for n in names if n.startswith(RECIPIENT + "_p") for m in [month_of(n)] if m}
+    )
+    return Layout(now=row.now, months=months, legacy=name(RECIPIENT, LEGACY) in names, names=names)
 
 
 # A month whose kept rows are more than this many deliveries is left to the bounded deletes
 # rather than copied out under the drop's locks (an outage month of unreplayed dead letters).
-MOVE_LIMIT = 10_000
+MOVE_LIMIT = 50_000
 
 
 def _kept_sql(month: Month) -> str:

@@ -370,12 +370,9 @@ notification_delivery = Table(
     Column("recipient_id", BigInteger, nullable=False),
     # The recipient's occurred_at (so the event's): the partition key.
     _month_key(),
-    Column(
-        "event_id",
-        BigInteger,
-        ForeignKey("notification_event.id", ondelete="RESTRICT"),
-        nullable=False,
-    ),
+    # The event, by (event_id, occurred_at) like the recipient's key (below): every row of an
+    # event is in the event's month, which retention's probes rely on to read one month.
+    Column("event_id", BigInteger, nullable=False),
     Column("channel", Text, nullable=False),
     # For push: the notification_push_token id. A reference, not a key: a pruned token must not
     # rewrite delivery history.
@@ -436,6 +433,12 @@ notification_delivery = Table(
         "attempts >= 0 AND failure_count >= 0 AND lease_expiry_count >= 0", name="counters"
     ),
     UniqueConstraint("public_id", "occurred_at", name="notification_delivery_public_id_key"),
+    ForeignKeyConstraint(
+        ["event_id", "occurred_at"],
+        ["notification_event.id", "notification_event.occurred_at"],
+        ondelete="RESTRICT",
+        name="notification_delivery_event_id_fkey",
+    ),
     Index("notification_delivery_recipient_idx", "recipient_id"),
     Index("notification_delivery_event_id_idx", "event_id", "status"),
     # R-SCHEMA-24/25/50: exact complements, both excluding replays (R-SCHEMA-26).

@@ -6,18 +6,20 @@ parameters and shapes their answers.
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import insert
+from sqlalchemy import TextClause, insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.db import partitions, sqlfile
 from herald.db import schema as s
-from herald.db import sqlfile
 
 SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
 
@@ -38,14 +40,54 @@ class DeletedDeliveries:
     attempts: int
 
 
+# The whole tables: what a window naming no partition reads (the tests' direct calls).
+PARENTS: Final = {t: t for t in (partitions.RECIPIENT, partitions.DELIVERY, partitions.ATTEMPT)}
+_TEXT = sqlfile.load_text(Path(__file__).with_name("queries.sql"))
+
+
+@functools.cache
+def _windowed(statement: str, recipient: str, delivery: str, attempt: str) -> TextClause:
+    """`statement` with each `<table>__part` replaced by that table's partition of the window."""
+    sql = (
+        _TEXT[statement]
+        .replace("notification_delivery_attempt__part", f'"{attempt}"')
+        .replace("notification_delivery__part", f'"{delivery}"')
+        .replace("notification_recipient__part", f'"{recipient}"')
+    )
+    return text(sql)
+
+
+def windowed(statement: str, parts: Mapping[str, str]) -> TextClause:
+    return _windowed(
+        statement,
+        parts[partitions.RECIPIENT],
+        parts[partitions.DELIVERY],
+        parts[partitions.ATTEMPT],
+    )
+
+
+def _window(after: datetime | None, before: datetime) -> dict[str, str]:
+    """An occurred_at window as the statements take it (text cast to timestamptz, so the open
+    start is '-infinity')."""
+    return {
+        "after": "-infinity" if after is None else after.isoformat(),
+        "before": before.isoformat(),
+    }
+
+
 async def delete_aged_deliveries(
-    conn: AsyncConnection, *, before: datetime, limit: int
+    conn: AsyncConnection,
+    *,
+    after: datetime | None = None,
+    before: datetime,
+    limit: int,
+    parts: Mapping[str, str] = PARENTS,
 ) -> DeletedDeliveries:
     row = (
         await conn.execute(
-            SQL["delete_aged_deliveries"],
+            windowed("delete_aged_deliveries", parts),
             {
-                "before": before,
+                **_window(after, before),
                 "limit": limit,
                 "in_flight": list(vocabulary.IN_FLIGHT_STATUSES),
                 "uuid_pattern": UUID_PATTERN,
@@ -55,13 +97,31 @@ async def delete_aged_deliveries(
     return DeletedDeliveries(deliveries=int(row.deliveries), attempts=int(row.attempts))
 
 
-async def delete_aged_recipients(conn: AsyncConnection, *, before: datetime, limit: int) -> int:
-    result = await conn.execute(SQL["delete_aged_recipients"], {"before": before, "limit": limit})
+async def delete_aged_recipients(
+    conn: AsyncConnection,
+    *,
+    after: datetime | None = None,
+    before: datetime,
+    limit: int,
+    parts: Mapping[str, str] = PARENTS,
+) -> int:
+    result = await conn.execute(
+        windowed("delete_aged_recipients", parts), {**_window(after, before), "limit": limit}
+    )
     return int(result.rowcount)
 
 
-async def delete_aged_events(conn: AsyncConnection, *, before: datetime, limit: int) -> int:
-    result = await conn.execute(SQL["delete_aged_events"], {"before": before, "limit": limit})
+async def delete_aged_events(
+    conn: AsyncConnection,
+    *,
+    after: datetime | None = None,
+    before: datetime,
+    limit: int,
+    parts: Mapping[str, str] = PARENTS,
+) -> int:
+    result = await conn.execute(
+        windowed("delete_aged_events", parts), {**_window(after, before), "limit": limit}
+    )
     return int(result.rowcount)
 
 

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -147,33 +147,43 @@ async def prune_events(
     report = report if report is not None else RetentionReport()
     runner = _Runner(engine, settings, report, max_batches, on_statement)
     limit = settings.retention_batch_size
-    before = await drop_aged_months(engine, settings, report=report, on_statement=on_statement)
-
-    async def deliveries(conn: AsyncConnection) -> int:
-        deleted = await queries.delete_aged_deliveries(conn, before=before, limit=limit)
-        report.attempts += deleted.attempts
-        return deleted.deliveries
-
-    async def recipients(conn: AsyncConnection) -> int:
-        return await queries.delete_aged_recipients(conn, before=before, limit=limit)
-
-    async def events(conn: AsyncConnection) -> int:
-        return await queries.delete_aged_events(conn, before=before, limit=limit)
-
-    # Rounds of one statement per level, in bottom-up order: what a round's delivery statement
-    # emptied, the same round's recipient and event statements take, so the oldest end of the
-    # occurred_at index stays clear and no statement walks a growing run of emptied events.
+    layout = await drop_aged_months(engine, settings, report=report, on_statement=on_statement)
+    # One window of occurred_at at a time (a month partition, or what the default or legacy
+    # partition holds between months), oldest first, so every statement reads one partition.
     rounds = 0
-    while max_batches is None or rounds < max_batches:
-        rounds += 1
-        gone = await runner.once("deliveries", deliveries)
-        report.deliveries += gone
-        orphaned = await runner.once("recipients", recipients)
-        report.recipients += orphaned
-        emptied = await runner.once("events", events)
-        report.events += emptied
-        if max(gone, orphaned, emptied) < limit:
-            break
+    for window in layout.windows(layout.aged_before(settings.retention_days)):
+
+        async def deliveries(conn: AsyncConnection, w: partitions.Window = window) -> int:
+            deleted = await queries.delete_aged_deliveries(
+                conn, after=w.after, before=w.before, limit=limit, parts=w.parts
+            )
+            report.attempts += deleted.attempts
+            return deleted.deliveries
+
+        async def recipients(conn: AsyncConnection, w: partitions.Window = window) -> int:
+            return await queries.delete_aged_recipients(
+                conn, after=w.after, before=w.before, limit=limit, parts=w.parts
+            )
+
+        async def events(conn: AsyncConnection, w: partitions.Window = window) -> int:
+            return await queries.delete_aged_events(
+                conn, after=w.after, before=w.before, limit=limit, parts=w.parts
+            )
+
+        # Rounds of one statement per level, in bottom-up order: what a round's delivery
+        # statement emptied, the same round's recipient and event statements take, so the
+        # oldest end of the occurred_at index stays clear and no statement walks a growing run
+        # of emptied events. The tick's cap counts rounds over all windows.
+        while max_batches is None or rounds < max_batches:
+            rounds += 1
+            gone = await runner.once("deliveries", deliveries)
+            report.deliveries += gone
+            orphaned = await runner.once("recipients", recipients)
+            report.recipients += orphaned
+            emptied = await runner.once("events", events)
+            report.events += emptied
+            if max(gone, orphaned, emptied) < limit:
+                break
     return report
 
 
@@ -183,12 +193,13 @@ async def drop_aged_months(
     *,
     report: RetentionReport,
     on_statement: StatementHook | None = None,
-) -> datetime:
+) -> partitions.Layout:
     """Drop every month partition that has wholly aged (each month in its own short
     transaction; what it must keep is moved to the default partition first, partitions.
     drop_month), then the legacy partitions once the bounded deletes emptied them. Returns where
     the bounded deletes stop (partitions.Layout.aged_before): they take what a drop could not —
-    the default and legacy partitions, and a month keeping too much to move."""
+    the default and legacy partitions, and a month keeping too much to move. Returns the
+    partitions as they are after the drops."""
     async with engine.connect() as conn:
         layout = await partitions.layout(conn)
     cutoff = layout.now - timedelta(days=settings.retention_days)
@@ -212,7 +223,10 @@ async def drop_aged_months(
 
         if await _partition_step(engine, report, "legacy", legacy, on_statement):
             report.months_dropped.append(partitions.LEGACY)
-    return layout.aged_before(settings.retention_days)
+    if not report.months_dropped:
+        return layout
+    async with engine.connect() as conn:
+        return await partitions.layout(conn)
 
 
 async def _partition_step(

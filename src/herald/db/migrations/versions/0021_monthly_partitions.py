@@ -60,8 +60,8 @@ PARTITIONED_KEYS = {
     D: [
         f"ALTER TABLE {D} ADD CONSTRAINT {D}_pkey PRIMARY KEY (id, occurred_at)",
         f"ALTER TABLE {D} ADD CONSTRAINT {D}_public_id_key UNIQUE (public_id, occurred_at)",
-        f"ALTER TABLE {D} ADD CONSTRAINT {D}_event_id_fkey FOREIGN KEY (event_id) "
-        "REFERENCES notification_event (id) ON DELETE RESTRICT",
+        f"ALTER TABLE {D} ADD CONSTRAINT {D}_event_id_fkey FOREIGN KEY (event_id, occurred_at) "
+        "REFERENCES notification_event (id, occurred_at) ON DELETE RESTRICT",
         f"CREATE INDEX {D}_recipient_idx ON {D} (recipient_id)",
         f"CREATE INDEX {D}_event_id_idx ON {D} (event_id, status)",
         f"CREATE UNIQUE INDEX {D}_single_target_key ON {D} (recipient_id, channel, occurred_at) "
@@ -102,7 +102,8 @@ PLAIN_KEYS = {
         f"ALTER TABLE {D} ADD CONSTRAINT {D}_public_id_key UNIQUE (public_id)",
         f"ALTER TABLE {D} ADD CONSTRAINT {D}_recipient_id_fkey FOREIGN KEY (recipient_id) "
         f"REFERENCES {R} (id) ON DELETE CASCADE",
-        PARTITIONED_KEYS[D][2],
+        f"ALTER TABLE {D} ADD CONSTRAINT {D}_event_id_fkey FOREIGN KEY (event_id) "
+        "REFERENCES notification_event (id) ON DELETE RESTRICT",
         PARTITIONED_KEYS[D][3],
         PARTITIONED_KEYS[D][4],
         f"CREATE UNIQUE INDEX {D}_single_target_key ON {D} (recipient_id, channel) "
@@ -180,6 +181,7 @@ def _rekey_legacy() -> None:
     op.execute(f"ALTER TABLE {ra} DROP CONSTRAINT {A}_delivery_id_fkey")
     op.execute(f"ALTER TABLE {rd} DROP CONSTRAINT {D}_recipient_id_fkey")
     op.execute(f"ALTER TABLE {rr} DROP CONSTRAINT {R}_event_id_fkey")  # now (event, occurred_at)
+    op.execute(f"ALTER TABLE {rd} DROP CONSTRAINT {D}_event_id_fkey")  # likewise
     op.execute(f"ALTER TABLE {rr} DROP CONSTRAINT {R}_public_id_key_legacy")
     op.execute(f"ALTER TABLE {rr} DROP CONSTRAINT {R}_event_user_key_legacy")
     op.execute(f"ALTER TABLE {rd} DROP CONSTRAINT {D}_public_id_key_legacy")
@@ -216,8 +218,11 @@ def upgrade() -> None:
     first = _first_month()
     # The partition key on the two child tables, from their parent row.
     op.execute(f"ALTER TABLE {D} ADD COLUMN occurred_at timestamptz")
+    # …and its event is its recipient's (every writer copies both); made so where one drifted,
+    # then held by the delivery's composite key to the event.
     op.execute(
-        f"UPDATE {D} d SET occurred_at = r.occurred_at FROM {R} r WHERE r.id = d.recipient_id"
+        f"UPDATE {D} d SET occurred_at = r.occurred_at, event_id = r.event_id FROM {R} r "
+        "WHERE r.id = d.recipient_id"
     )
     op.execute(f"ALTER TABLE {D} ALTER COLUMN occurred_at SET NOT NULL")
     op.execute(f"ALTER TABLE {A} ADD COLUMN occurred_at timestamptz")
