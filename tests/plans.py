@@ -28,6 +28,8 @@ def by_parent(plan: Any, empty: Collection[str] = ()) -> Any:
     if plan.get("Relation Name") in empty:
         plan["Empty Partition"] = True
     relation = plan.get("Relation Name")
+    if isinstance(relation, str) and parent_name(relation) != relation:
+        plan["Partition"] = relation
     if isinstance(relation, str) and parent_name(relation) != relation and "Alias" in plan:
         plan["Alias"] = re.sub(r"_\d+$", "", plan["Alias"])  # d_1, d_2, …: the parent's d
     for key in ("Relation Name", "Index Name"):
