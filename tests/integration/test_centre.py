@@ -24,6 +24,7 @@ from herald.auth.service import Actor, sign_token
 from herald.centre import queries
 from herald.config import Settings
 from herald.db import schema as s
+from herald.db import tenancy
 from tests import seed as seed_rows
 from tests.plans import by_parent
 
@@ -895,6 +896,9 @@ async def test_list_walks_the_centre_index(seed: Seed, engine: AsyncEngine) -> N
         )
 
     async with engine.connect() as conn:
+        # Planned as a request plans it (auth enters these settings with the tenant).
+        for setting, value in tenancy.INBOX_PLANNER_SETTINGS:
+            await conn.execute(text(f"SET LOCAL {setting} = {value}"))
         # The partition (month) holding most of ana's rows: the one whose walk this test is about.
         busiest = (
             await conn.execute(
