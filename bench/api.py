@@ -750,6 +750,11 @@ def main() -> None:
     )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the bench's database in place afterwards (its name is printed), to study it",
+    )
+    parser.add_argument(
         "--spy", type=float, default=0, help="seconds of py-spy on the API under list load"
     )
     args = parser.parse_args()
@@ -816,7 +821,10 @@ def main() -> None:
     finally:
         for proc in procs:
             stop_process(proc)
-        drop_database(server, name)
+        if args.keep:
+            print(f"kept database {name!r}")
+        else:
+            drop_database(server, name)
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:

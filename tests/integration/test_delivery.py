@@ -346,8 +346,10 @@ async def test_late_outcome_is_not_written(
 
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        [(claimed_id, _)] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
-        [context] = await dq.load_send_contexts(conn, [claimed_id])
+        [(claimed_id, _, occurred_at)] = await dq.claim_due_deliveries(
+            conn, "email", 10, 60, tenant
+        )
+        [context] = await dq.load_send_contexts(conn, [claimed_id], (occurred_at, occurred_at))
     async with engine.begin() as conn:
         await conn.execute(
             update(s.notification_delivery)
@@ -672,8 +674,10 @@ async def test_erasure_during_a_send_is_not_undone(
 
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        [(claimed_id, _)] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
-        [context] = await dq.load_send_contexts(conn, [claimed_id])
+        [(claimed_id, _, occurred_at)] = await dq.claim_due_deliveries(
+            conn, "email", 10, 60, tenant
+        )
+        [context] = await dq.load_send_contexts(conn, [claimed_id], (occurred_at, occurred_at))
     async with engine.begin() as conn:  # erased mid-send: the person goes, the snapshot stays
         await conn.execute(
             s.person.delete().where(s.person.c.tenant_id == tenant, s.person.c.external_id == "g0")

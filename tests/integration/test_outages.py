@@ -367,8 +367,10 @@ async def test_an_outcome_whose_answer_was_lost_is_written_once_and_counted_writ
     caplog.set_level(logging.INFO, logger="herald")
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        [(claimed_id, _)] = await dq.claim_due_deliveries(conn, "email", 10, 60, tenant)
-        [context] = await dq.load_send_contexts(conn, [claimed_id])
+        [(claimed_id, _, occurred_at)] = await dq.claim_due_deliveries(
+            conn, "email", 10, 60, tenant
+        )
+        [context] = await dq.load_send_contexts(conn, [claimed_id], (occurred_at, occurred_at))
     async with proxied_engine.connect() as conn:  # the pool holds a connection through the proxy
         await conn.execute(select(1))
     writes: list[str] = []

@@ -16,14 +16,14 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql as sql_
 
-from herald.db import migrate
+from herald.db import migrate, partitions
 from herald.db.engine import libpq_url
 from herald.delivery.queries import SQL, OutcomeRows
 from tests.conftest import create_database, drop_database
@@ -94,7 +94,54 @@ def _seed(conn: psycopg.Connection[Any], *, tied: bool) -> None:
         "UPDATE notification_delivery SET status = 'skipped_unconfigured', skipped_at = now() "
         "WHERE channel = 'email' AND id % 50 = 3"
     )
+    _seed_history(conn)
     conn.execute("VACUUM ANALYZE")
+
+
+# Months of sent email behind the queue, each a partition of its own: what a statement that
+# reaches claimed rows by id alone would probe, once for every month.
+HISTORY_MONTHS = 2
+HISTORY_ROWS = 2_000
+
+
+def _history_months() -> list[partitions.Month]:
+    first = partitions.Month.of(datetime.now(UTC))
+    for _ in range(HISTORY_MONTHS):
+        first = first.previous()
+    return partitions.months_from(first, HISTORY_MONTHS)
+
+
+def _seed_history(conn: psycopg.Connection[Any]) -> None:
+    existing = [
+        row[0]
+        for row in conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        )
+    ]
+    for statement in partitions.plan(existing, _history_months(), protect=True):
+        conn.execute(statement)  # type: ignore[arg-type]
+    for month in _history_months():
+        at = month.start + timedelta(days=3)
+        conn.execute(
+            "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, "
+            "channels, variables, dedupe_key, fanout_claimed_at, fanout_claim_token, "
+            "fanout_completed_at, recipient_count, occurred_at, created_at) VALUES ('plans', "
+            "'announcement.posted', 'announcement', 'normal', '{\"kind\": \"all_users\"}', "
+            "ARRAY['email'], '{}', %s, %s, gen_random_uuid(), %s, %s, %s, %s)",
+            (uuid.uuid4().hex * 2, at, at, HISTORY_ROWS, at, at),
+        )
+        conn.execute(
+            "INSERT INTO notification_recipient (tenant_id, event_id, user_public_id_snapshot, "
+            "occurred_at) SELECT 'plans', (SELECT id FROM notification_event WHERE occurred_at = %s), "
+            "gen_random_uuid(), %s FROM generate_series(1, %s)",
+            (at, at, HISTORY_ROWS),
+        )
+        conn.execute(
+            "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, "
+            "status, attempts, sent_at, occurred_at) SELECT tenant_id, event_id, id, 'email', "
+            "'sent', 1, occurred_at, occurred_at FROM notification_recipient WHERE occurred_at = %s",
+            (at,),
+        )
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "spread"])
@@ -111,8 +158,11 @@ def queue(request: pytest.FixtureRequest, server_url: str) -> Iterator[psycopg.C
         drop_database(server_url, name)
 
 
-def _generic_plan(conn: psycopg.Connection[Any], statement: str, **values: Any) -> dict[str, Any]:
-    """The generic plan of Herald's statement `statement`, prepared as psycopg would."""
+def _generic_plan(
+    conn: psycopg.Connection[Any], statement: str, *, analyze: bool = False, **values: Any
+) -> dict[str, Any]:
+    """The generic plan of Herald's statement `statement`, prepared as psycopg would; with
+    `analyze`, as it ran (in the caller's transaction, which must roll it back)."""
     sql, names = _positional(str(SQL[statement]))
     # Not prepared by psycopg itself (prepare=False): after a few runs it would be, and
     # DEALLOCATE ALL would then drop its own prepared form.
@@ -121,7 +171,8 @@ def _generic_plan(conn: psycopg.Connection[Any], statement: str, **values: Any) 
     args = ", ".join(sql_.Literal(_literal(values[n])).as_string(conn) for n in names)
     # EXPLAIN without ANALYZE: nothing is claimed or written.
     row = conn.execute(
-        f"EXPLAIN (FORMAT JSON) EXECUTE plan_under_test({args})", prepare=False
+        f"EXPLAIN (FORMAT JSON{', ANALYZE' if analyze else ''}) EXECUTE plan_under_test({args})",
+        prepare=False,
     ).fetchone()
     assert row is not None
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
@@ -175,8 +226,10 @@ def test_the_claim_walks_the_due_index_in_order_under_a_generic_plan(
     )
     _assert_no_sort_and_no_seq_scan(plan)
     candidate = [n for n in _scans_of_delivery(plan) if n.get("Alias") == "c"]
-    assert [n["Node Type"] for n in candidate] == ["Index Scan"], json.dumps(plan, indent=1)
-    assert candidate[0]["Index Name"] == "notification_delivery_due_idx"
+    # One ordered walk of each month's due index (the months behind the queue hold none due).
+    assert candidate and {(n["Node Type"], n["Index Name"]) for n in candidate} == {
+        ("Index Scan", "notification_delivery_due_idx")
+    }, json.dumps(plan, indent=1)
     # The LIMIT sits straight above the row locks over the ordered scan: it stops after :limit.
     limits = [n for n in _nodes(plan) if n["Node Type"] == "Limit"]
     assert limits and limits[0]["Plans"][0]["Node Type"] == "LockRows"
@@ -211,10 +264,31 @@ def test_the_recorder_reaches_its_rows_by_primary_key(queue: psycopg.Connection[
     entries and 14,949 heap pages to record 200 outcomes (140 ms a write, 2026-12-03), because
     statistics taken before the claims estimated 149 processing rows and the planner drove the
     join from there. This fixture's statistics put ~100 rows in processing, as those did."""
-    ids = [r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 200")]
+    rows = _outcomes(queue)
+    plan = _generic_plan(queue, "record_outcomes", **rows.params())
+    scans = [n for n in _scans_of_delivery(plan) if n["Node Type"] != "ModifyTable"]
+    assert [(n["Node Type"], n.get("Index Name")) for n in scans] == [
+        ("Index Scan", "notification_delivery_pkey")
+    ], json.dumps(plan, indent=1)
+    assert "id = ANY" in scans[0]["Index Cond"], json.dumps(plan, indent=1)
+
+
+def _queued(conn: psycopg.Connection[Any]) -> list[tuple[int, datetime]]:
+    return [
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT id, occurred_at FROM notification_delivery WHERE status = 'queued' LIMIT 200",
+            prepare=False,  # see test_a_batchs_statements_read_only_the_months_of_its_rows
+        )
+    ]
+
+
+def _outcomes(conn: psycopg.Connection[Any]) -> OutcomeRows:
+    """200 sent outcomes of queued rows (their lease token matches none: nothing is written)."""
     rows = OutcomeRows()
-    for i in ids:
+    for i, occurred_at in _queued(conn):
         rows.ids.append(i)
+        rows.occurred_ats.append(occurred_at)
         rows.claimed_ats.append(datetime(2026, 1, 1, tzinfo=UTC))
         rows.statuses.append("sent")
         rows.attempt_incs.append(1)
@@ -225,12 +299,7 @@ def test_the_recorder_reaches_its_rows_by_primary_key(queue: psycopg.Connection[
             getattr(rows, name).append(None)
         rows.template_versions.append(None)
         rows.provider_statuses.append(None)
-    plan = _generic_plan(queue, "record_outcomes", **rows.params())
-    scans = [n for n in _scans_of_delivery(plan) if n["Node Type"] != "ModifyTable"]
-    assert [(n["Node Type"], n.get("Index Name")) for n in scans] == [
-        ("Index Scan", "notification_delivery_pkey")
-    ], json.dumps(plan, indent=1)
-    assert "id = ANY" in scans[0]["Index Cond"], json.dumps(plan, indent=1)
+    return rows
 
 
 def test_the_send_contexts_read_the_claimed_rows_on_their_own_by_primary_key(
@@ -242,7 +311,7 @@ def test_the_send_contexts_read_the_claimed_rows_on_their_own_by_primary_key(
     broadcast's drain read 3,363,800 entries of it (3,639 buffers, 134 ms) for each batch of
     200, the slowest statement of the drain (2026-12-03). Whatever the statistics, the claimed
     rows' step has only their ids to go by."""
-    ids = [r[0] for r in queue.execute("SELECT id FROM notification_delivery LIMIT 200")]
+    queued = _queued(queue)
     queue.execute("BEGIN")
     try:
         # As the worker reads them: herald_app under the tenant's policy.
@@ -250,7 +319,7 @@ def test_the_send_contexts_read_the_claimed_rows_on_their_own_by_primary_key(
             "SELECT set_config('herald.tenant_id', 'plans', true), "
             "set_config('role', 'herald_app', true)"
         )
-        plan = _generic_plan(queue, "load_send_contexts", ids=ids)
+        plan = _generic_plan(queue, "load_send_contexts", **_contexts_params(queued))
     finally:
         queue.execute("ROLLBACK")
     claimed = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE d"]
@@ -288,7 +357,9 @@ async def test_a_broadcasts_per_event_statements_never_scan_the_table(
         async with engine.connect() as conn:
             await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
             event_id = (
-                await conn.execute(text("SELECT max(id) FROM notification_event"))
+                await conn.execute(
+                    text("SELECT max(event_id) FROM notification_delivery WHERE status = 'queued'")
+                )
             ).scalar_one()
             assert await delivery.in_flight(conn, event_id)
             assert await delivery.cancel_unclaimed(conn, event_id, limit=10) == 10
@@ -336,3 +407,67 @@ async def test_a_broadcasts_per_event_statements_never_scan_the_table(
             await conn.rollback()  # nothing cancelled stays: the module's other tests read these
     finally:
         await engine.dispose()
+
+
+def _contexts_params(queued: list[tuple[int, datetime]]) -> dict[str, Any]:
+    return {
+        "ids": [i for i, _ in queued],
+        "first_at": min(at for _, at in queued),
+        "last_at": max(at for _, at in queued),
+    }
+
+
+@pytest.mark.parametrize(
+    "statement", ["claim_due_deliveries", "load_send_contexts", "record_outcomes", "extend_leases"]
+)
+def test_a_batchs_statements_read_only_the_months_of_its_rows(
+    queue: psycopg.Connection[Any], statement: str
+) -> None:
+    """Every statement of a delivery batch reaches its rows by id, and the ids are bounded by
+    the rows' own occurred_at (the claim's, carried through the batch): the months behind them
+    are pruned and never read, however many of them retention keeps. By id alone, each row was
+    probed in every month's primary key, delivery and recipient alike, and the send contexts'
+    generic plan hash-joined a sequential scan of every month's recipients (340 ms a batch of 200
+    with six months of 100,000 behind the queue, bench/delivery.py --history 6)."""
+    queued = _queued(queue)
+    values: dict[str, Any]
+    if statement == "claim_due_deliveries":
+        values = {"channel": "email", "limit": 100, "lease_seconds": 300}
+    elif statement == "load_send_contexts":
+        values = _contexts_params(queued)
+    elif statement == "record_outcomes":
+        values = _outcomes(queue).params()
+    else:
+        values = _contexts_params(queued) | {
+            "claimed_ats": ["2026-01-01T00:00:00+00:00"] * len(queued),
+            "lease_seconds": 300,
+        }
+    history = {
+        partitions.name(table, month.suffix)
+        for month in _history_months()
+        for table in ("notification_delivery", "notification_recipient")
+    }
+    # Not prepared (prepare=False): _generic_plan's DEALLOCATE ALL would drop psycopg's own.
+    queue.execute("BEGIN", prepare=False)
+    try:
+        queue.execute(
+            "SELECT set_config('herald.tenant_id', 'plans', true), "
+            "set_config('role', 'herald_app', true)",
+            prepare=False,
+        )
+        plan = _generic_plan(queue, statement, analyze=True, **values)
+    finally:
+        queue.execute("ROLLBACK", prepare=False)
+    read = sorted(
+        n["Partition"]
+        for n in _nodes(plan)
+        # The claim's walk of each month's due index (alias c) is the claim itself: a due row
+        # may be in any month. What is bounded is every read of the rows once chosen.
+        if n.get("Partition") in history and n.get("Actual Loops", 0) > 0 and n.get("Alias") != "c"
+    )
+    assert read == [], json.dumps(plan, indent=1)
+    # The rows' own month was read (the statement did reach them).
+    assert any(
+        n.get("Relation Name") == "notification_delivery" and n.get("Actual Loops", 0) > 0
+        for n in _nodes(plan)
+    ), json.dumps(plan, indent=1)

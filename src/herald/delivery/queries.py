@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,14 +22,28 @@ SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
 DELIVERY_CHANNEL = "herald_delivery"
 
 
+# The least and the greatest occurred_at of a batch's rows: the month partitions its statements
+# read (every statement that reaches claimed rows by id alone is bounded by them, and pruned).
+Span = tuple[datetime, datetime]
+
+
+def span_of(moments: Iterable[datetime]) -> Span:
+    values = list(moments)
+    return min(values), max(values)
+
+
+def _span_params(span: Span) -> dict[str, datetime]:
+    return {"first_at": span[0], "last_at": span[1]}
+
+
 async def claim_due_deliveries(
     conn: AsyncConnection,
     channel: str,
     limit: int,
     lease_seconds: int,
     tenant_id: str | None = None,
-) -> list[tuple[int, str]]:
-    """Claim a batch; (delivery id, tenant id) of each claimed row."""
+) -> list[tuple[int, str, datetime]]:
+    """Claim a batch; (delivery id, tenant id, occurred_at) of each claimed row."""
     params: dict[str, Any] = {"channel": channel, "limit": limit, "lease_seconds": lease_seconds}
     if tenant_id is None:
         result = await conn.execute(SQL["claim_due_deliveries"], params)
@@ -37,14 +51,17 @@ async def claim_due_deliveries(
         result = await conn.execute(
             SQL["claim_due_deliveries_of_tenant"], {**params, "tenant_id": tenant_id}
         )
-    return [(int(row.id), str(row.tenant_id)) for row in result]
+    return [(int(row.id), str(row.tenant_id), row.occurred_at) for row in result]
 
 
-async def load_send_contexts(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:
-    """The send context of each claimed row. The event's variables (one document per event, the
-    same on every row of a broadcast) are decoded once per distinct event in the batch; every
-    row of an event shares that one dict, which `prepare()` only copies, never changes."""
-    result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)})
+async def load_send_contexts(
+    conn: AsyncConnection, ids: Sequence[int], span: Span
+) -> list[dict[str, Any]]:
+    """The send context of each claimed row (`span`: the rows' occurred_at bounds). The event's
+    variables (one document per event, the same on every row of a broadcast) are decoded once
+    per distinct event in the batch; every row of an event shares that one dict, which
+    `prepare()` only copies, never changes."""
+    result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)} | _span_params(span))
     keys = list(result.keys())
     decoded: dict[str, Any] = {}
     contexts = []
@@ -79,6 +96,8 @@ class OutcomeRows:
     called: list[bool] = field(default_factory=list)
     provider_statuses: list[str | None] = field(default_factory=list)
     outcomes: list[str | None] = field(default_factory=list)
+    # Not a column of the statement: the rows' months, its bounds (`first_at`, `last_at`).
+    occurred_ats: list[datetime] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -121,7 +140,7 @@ class OutcomeRows:
         return {
             "rows": json.dumps(rows, default=_json_timestamp, separators=(",", ":")),
             "skipped_statuses": list(vocabulary.SKIPPED_STATUSES),
-        }
+        } | _span_params(span_of(self.occurred_ats))
 
 
 def _json_timestamp(value: object) -> str:
@@ -246,8 +265,13 @@ async def wake_channel_workers(conn: AsyncConnection) -> None:
 
 
 async def extend_leases(
-    conn: AsyncConnection, held: Sequence[tuple[int, datetime]], lease_seconds: int
+    conn: AsyncConnection,
+    held: Sequence[tuple[int, datetime]],
+    lease_seconds: int,
+    span: Span,
 ) -> set[int]:
+    """Renew the leases of `held` (id, claimed_at), rows of a batch whose occurred_at bounds are
+    `span`; the ids still held."""
     if not held:
         return set()
     result = await conn.execute(
@@ -256,7 +280,8 @@ async def extend_leases(
             "ids": [h[0] for h in held],
             "claimed_ats": [h[1] for h in held],
             "lease_seconds": lease_seconds,
-        },
+        }
+        | _span_params(span),
     )
     return {row.id for row in result}
 

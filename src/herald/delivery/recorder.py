@@ -107,6 +107,7 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
         rendered = prepared.rendered if prepared.persist else None
         rows.ids.append(ctx["id"])
         rows.claimed_ats.append(ctx["claimed_at"])
+        rows.occurred_ats.append(ctx["occurred_at"])
         rows.statuses.append(status)
         rows.attempt_incs.append(attempt_inc)
         rows.failure_incs.append(failure_inc)

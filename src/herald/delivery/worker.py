@@ -71,9 +71,11 @@ async def deliver_batch(
         # Cross-tenant above (ids only); from here each tenant's rows are read as that tenant.
         contexts: list[dict[str, Any]] = []
         overrides: dict[tuple[str, str], dict[OverrideKey, Override]] = {}
-        for tenant, ids in _by_tenant(claimed).items():
+        for tenant, rows in _by_tenant(claimed).items():
             await tenancy.enter_tenant(conn, tenant)
-            loaded = await queries.load_send_contexts(conn, ids)
+            loaded = await queries.load_send_contexts(
+                conn, [row[0] for row in rows], queries.span_of(row[2] for row in rows)
+            )
             await throttle.mark_throttled(conn, loaded, settings)
             pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
             overrides |= _overrides(await queries.published_overrides(conn, pairs))
@@ -139,6 +141,8 @@ class _Batch:
     def __init__(self, contexts: Sequence[dict[str, Any]]) -> None:
         self.contexts = list(contexts)
         self.open: dict[int, datetime] = {c["id"]: c["claimed_at"] for c in contexts}
+        # The rows' occurred_at bounds, which bound the heartbeat's statement (queries.Span).
+        self.span = queries.span_of(c["occurred_at"] for c in contexts) if contexts else None
         self.lost: set[int] = set()
 
     def done(self, delivery_id: int) -> None:
@@ -152,7 +156,8 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
         held = list(batch.open.items())
         try:
             async with engine.begin() as conn:
-                kept = await queries.extend_leases(conn, held, lease_seconds)
+                assert batch.span is not None  # open rows came from contexts
+                kept = await queries.extend_leases(conn, held, lease_seconds, batch.span)
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is not None:
@@ -397,10 +402,12 @@ async def _send(provider: Provider, message: Message, unknown: str) -> tuple[Pro
     return outcome, metrics.provider_outcome(outcome.outcome, outcome.retryable)
 
 
-def _by_tenant(claimed: Sequence[tuple[int, str]]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for delivery_id, tenant in claimed:
-        grouped.setdefault(tenant, []).append(delivery_id)
+def _by_tenant(
+    claimed: Sequence[tuple[int, str, datetime]],
+) -> dict[str, list[tuple[int, str, datetime]]]:
+    grouped: dict[str, list[tuple[int, str, datetime]]] = {}
+    for row in claimed:
+        grouped.setdefault(row[1], []).append(row)
     return grouped
 
 
