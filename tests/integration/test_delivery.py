@@ -735,3 +735,56 @@ async def test_slow_provider_never_lets_a_live_workers_leases_expire(
     rows = await delivery_rows(engine, tenant)
     assert {r["status"] for r in rows} == {"sent"}
     assert all(r["lease_expiry_count"] == 0 and r["attempts"] == 1 for r in rows)
+
+
+async def test_a_batch_spanning_months_is_sent_and_recorded_whole(
+    engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
+) -> None:
+    """A batch's statements are bounded by its rows' occurred_at (docs/scaling.md §9.2): a retry
+    of last month's event claimed beside today's send lies in another partition, and both are
+    sent, recorded and given their attempt rows in the one batch."""
+    from sqlalchemy import text
+
+    today = await email_delivery(engine, tenant)
+    async with engine.begin() as conn:  # the same send, as an event of forty days ago
+        [(event_id, occurred_at)] = (
+            await conn.execute(
+                text(
+                    "INSERT INTO notification_event (tenant_id, kind, category, priority, "
+                    "audience, channels, variables, dedupe_key, fanout_claimed_at, "
+                    "fanout_claim_token, fanout_completed_at, recipient_count, occurred_at, "
+                    "created_at) SELECT tenant_id, kind, category, priority, audience, channels, "
+                    "variables, encode(sha256(convert_to(dedupe_key, 'UTF8')), 'hex'), fanout_claimed_at, gen_random_uuid(), fanout_completed_at, recipient_count, "
+                    "occurred_at - interval '40 days', created_at - interval '40 days' "
+                    "FROM notification_event WHERE id = :id RETURNING id, occurred_at"
+                ),
+                {"id": today["event_id"]},
+            )
+        ).all()
+        [recipient_id] = (
+            await conn.execute(
+                text(
+                    "INSERT INTO notification_recipient (tenant_id, event_id, user_id, "
+                    "user_public_id_snapshot, variables, occurred_at) SELECT tenant_id, :event, "
+                    "user_id, user_public_id_snapshot, variables, :at FROM notification_recipient "
+                    "WHERE id = :id RETURNING id"
+                ),
+                {"event": event_id, "at": occurred_at, "id": today["recipient_id"]},
+            )
+        ).scalars()
+        await conn.execute(
+            text(
+                "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, "
+                "status, next_attempt_at, occurred_at) SELECT tenant_id, :event, :recipient, "
+                "channel, 'queued', now() - interval '1 minute', :at FROM notification_delivery "
+                "WHERE id = :id"
+            ),
+            {"event": event_id, "recipient": recipient_id, "at": occurred_at, "id": today["id"]},
+        )
+    provider = ScriptedProvider("email")
+    assert await deliver(engine, provider, vault, delivery_settings, tenant)() == 2
+    done = await delivery_rows(engine, tenant)
+    assert sorted(r["occurred_at"] for r in done) == sorted([occurred_at, today["occurred_at"]])
+    assert [r["status"] for r in done] == ["sent", "sent"]
+    for row in done:
+        assert [a["outcome"] for a in await attempts(engine, row["id"])] == ["sent"]
