@@ -155,27 +155,10 @@ async def test_a_month_the_default_partition_already_holds_is_left_there(
         far = far.next()
     async with engine.begin() as conn:
         person = await seed.person(conn, TENANT)
-        event_id = (
-            await conn.execute(
-                text(
-                    "INSERT INTO notification_event (tenant_id, kind, category, priority, "
-                    "audience, channels, dedupe_key, occurred_at) VALUES (:t, "
-                    "'announcement.posted', 'announcement', 'normal', '{\"kind\": \"all_users\"}', "
-                    "ARRAY['in_app'], repeat('f', 64), :at) RETURNING id"
-                ),
-                {"t": TENANT, "at": far.start + timedelta(days=2)},
-            )
-        ).scalar_one()
-        rid = (
-            await conn.execute(
-                text(
-                    "INSERT INTO notification_recipient (tenant_id, event_id, user_id, "
-                    "user_public_id_snapshot, occurred_at) SELECT :t, id, :p, :u, occurred_at "
-                    "FROM notification_event WHERE id = :e RETURNING id"
-                ),
-                {"t": TENANT, "p": person.id, "u": person.public_id, "e": event_id},
-            )
-        ).scalar_one()
+        # Two days into that month (a negative age: the future), as its event and its recipient.
+        age = (now - (far.start + timedelta(days=2))).total_seconds() / 86400
+        event_id = await rows.event(conn, TENANT, age_days=age, finished=False)
+        rid = await rows.recipient(conn, TENANT, event_id, person, age)
     assert await where(engine, "notification_recipient", [rid]) == {
         rid: "notification_recipient_default"
     }

@@ -219,8 +219,7 @@ class Ensured:
 async def ensure_async(conn: AsyncConnection, now: datetime) -> Ensured:
     """The maintenance tick's step: create this month and the next MONTHS_AHEAD (and the
     default) where missing, under a lock timeout. The caller owns the transaction."""
-    await conn.execute(_LOCK, {"key": ADVISORY_KEY})
-    await conn.execute(_LOCK_TIMEOUT)
+    await _lock_for_ddl(conn)
     existing = set((await conn.execute(_EXISTING, {"tables": list(TABLES)})).scalars().all())
     months: list[Month] = []
     blocked: list[Month] = []
@@ -346,6 +345,16 @@ def _lock_sql(parts: Sequence[str]) -> str:
     return f"LOCK TABLE {parents}, {months} IN ACCESS EXCLUSIVE MODE"
 
 
+async def _lock_for_ddl(conn: AsyncConnection, parts: Sequence[str] = ()) -> None:
+    """The preamble of every partition change the tick makes: the partitions' advisory lock (one
+    change at a time, across processes), LOCK_TIMEOUT for every lock after it, and — for a drop —
+    the parents and `parts` in ACCESS EXCLUSIVE mode (`_lock_sql`'s order)."""
+    await conn.execute(_LOCK, {"key": ADVISORY_KEY})
+    await conn.execute(_LOCK_TIMEOUT)
+    if parts:
+        await conn.exec_driver_sql(_lock_sql(parts))
+
+
 @dataclass(frozen=True)
 class MonthDrop:
     dropped: bool
@@ -365,9 +374,7 @@ async def drop_month(
     exceed MOVE_LIMIT deliveries. A lock not granted within LOCK_TIMEOUT raises (the tick tries
     again next time). The caller owns the transaction."""
     parts = [name(t, month.suffix) for t in reversed(TABLES)]
-    await conn.execute(_LOCK, {"key": ADVISORY_KEY})
-    await conn.execute(_LOCK_TIMEOUT)
-    await conn.exec_driver_sql(_lock_sql(parts))
+    await _lock_for_ddl(conn, parts)
     params = {"in_flight": list(in_flight), "uuid_pattern": uuid_pattern}
     kept = list((await conn.execute(text(_kept_sql(month)), params)).scalars())
     if kept:
@@ -418,9 +425,7 @@ async def drop_legacy_if_empty(conn: AsyncConnection) -> bool:
     parts = [p for p in wanted if p in found]
     if not parts:
         return False
-    await conn.execute(_LOCK, {"key": ADVISORY_KEY})
-    await conn.execute(_LOCK_TIMEOUT)
-    await conn.exec_driver_sql(_lock_sql(parts))
+    await _lock_for_ddl(conn, parts)
     probes = " AND ".join(f'NOT EXISTS (SELECT 1 FROM "{p}")' for p in parts)
     if not (await conn.exec_driver_sql(f"SELECT {probes}")).scalar_one():
         return False

@@ -97,6 +97,20 @@ async def delete_aged_deliveries(
     return DeletedDeliveries(deliveries=int(row.deliveries), attempts=int(row.attempts))
 
 
+async def _delete_windowed(
+    statement: str,
+    conn: AsyncConnection,
+    after: datetime | None,
+    before: datetime,
+    limit: int,
+    parts: Mapping[str, str],
+) -> int:
+    result = await conn.execute(
+        windowed(statement, parts), {**_window(after, before), "limit": limit}
+    )
+    return int(result.rowcount)
+
+
 async def delete_aged_recipients(
     conn: AsyncConnection,
     *,
@@ -105,10 +119,7 @@ async def delete_aged_recipients(
     limit: int,
     parts: Mapping[str, str] = PARENTS,
 ) -> int:
-    result = await conn.execute(
-        windowed("delete_aged_recipients", parts), {**_window(after, before), "limit": limit}
-    )
-    return int(result.rowcount)
+    return await _delete_windowed("delete_aged_recipients", conn, after, before, limit, parts)
 
 
 async def delete_aged_events(
@@ -119,62 +130,29 @@ async def delete_aged_events(
     limit: int,
     parts: Mapping[str, str] = PARENTS,
 ) -> int:
-    result = await conn.execute(
-        windowed("delete_aged_events", parts), {**_window(after, before), "limit": limit}
-    )
-    return int(result.rowcount)
+    return await _delete_windowed("delete_aged_events", conn, after, before, limit, parts)
 
 
-async def delete_invalidated_push_tokens(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(
-        SQL["delete_invalidated_push_tokens"], {"days": days, "limit": limit}
-    )
-    return int(result.rowcount)
+@dataclass(frozen=True)
+class TableDelete:
+    """One single-table retention DELETE of queries.sql, named `statement`: up to `limit` rows
+    older than `days` (and whatever else that statement keeps). Returns the rows deleted."""
+
+    statement: str
+
+    async def __call__(self, conn: AsyncConnection, *, days: int, limit: int) -> int:
+        result = await conn.execute(SQL[self.statement], {"days": days, "limit": limit})
+        return int(result.rowcount)
 
 
-async def delete_aged_feed_notifications(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(
-        SQL["delete_aged_feed_notifications"], {"days": days, "limit": limit}
-    )
-    return int(result.rowcount)
-
-
-async def delete_aged_reminder_runs(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(SQL["delete_aged_reminder_runs"], {"days": days, "limit": limit})
-    return int(result.rowcount)
-
-
-async def delete_settled_broadcasts(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(SQL["delete_settled_broadcasts"], {"days": days, "limit": limit})
-    return int(result.rowcount)
-
-
-async def delete_resolved_followups(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(SQL["delete_resolved_followups"], {"days": days, "limit": limit})
-    return int(result.rowcount)
-
-
-async def delete_sent_webhook_messages(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    result = await conn.execute(SQL["delete_sent_webhook_messages"], {"days": days, "limit": limit})
-    return int(result.rowcount)
-
-
-async def delete_aged_undeliverable_addresses(
-    conn: AsyncConnection, *, days: int, limit: int
-) -> int:
-    result = await conn.execute(
-        SQL["delete_aged_undeliverable_addresses"], {"days": days, "limit": limit}
-    )
-    return int(result.rowcount)
-
-
-async def delete_finished_operational_emails(
-    conn: AsyncConnection, *, days: int, limit: int
-) -> int:
-    result = await conn.execute(
-        SQL["delete_finished_operational_emails"], {"days": days, "limit": limit}
-    )
-    return int(result.rowcount)
+delete_invalidated_push_tokens = TableDelete("delete_invalidated_push_tokens")
+delete_aged_feed_notifications = TableDelete("delete_aged_feed_notifications")
+delete_aged_reminder_runs = TableDelete("delete_aged_reminder_runs")
+delete_settled_broadcasts = TableDelete("delete_settled_broadcasts")
+delete_resolved_followups = TableDelete("delete_resolved_followups")
+delete_sent_webhook_messages = TableDelete("delete_sent_webhook_messages")
+delete_aged_undeliverable_addresses = TableDelete("delete_aged_undeliverable_addresses")
+delete_finished_operational_emails = TableDelete("delete_finished_operational_emails")
 
 
 # -- once per period -------------------------------------------------------------------------
