@@ -58,6 +58,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests import history  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402
 from tests.e2e.harness import HERALD, free_port  # noqa: E402
 
@@ -158,14 +159,7 @@ def seed_large(conn: psycopg.Connection[Any], args: argparse.Namespace) -> tuple
         spacing = args.months * 30 * 24 * 60 / events
         first = partitions.Month.of(datetime.now(UTC) - timedelta(days=args.months * 30 + 1))
         months = partitions.months_from(first, args.months + 2)
-        existing = [
-            row[0]
-            for row in conn.execute(
-                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            )
-        ]
-        for statement in partitions.plan(existing, months, protect=True):
-            conn.execute(statement)  # type: ignore[arg-type]
+        history.create_months(conn, months)
     rows = seed_inbox(
         conn,
         BENCH_TENANT,

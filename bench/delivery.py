@@ -37,7 +37,6 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +46,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cryptography.fernet import Fernet  # noqa: E402
+from tests import history  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402
 
 from herald.channels.base import Message, ProviderOutcome  # noqa: E402
 from herald.config import Settings  # noqa: E402
-from herald.db import embedded, migrate, partitions  # noqa: E402
+from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
 from herald.delivery import queries  # noqa: E402
 from herald.delivery.worker import drain_channel  # noqa: E402
@@ -104,48 +104,7 @@ def seed_history(conn: psycopg.Connection[Any], months: int, rows: int) -> None:
     """`rows` sent email deliveries (and their recipients and attempts) in each of the `months`
     months before this one, each month a partition of its own as the maintenance tick makes them:
     what a statement that reaches a delivery by id alone probes in every month."""
-    this = partitions.Month.of(datetime.now(UTC))
-    first = this
-    for _ in range(months):
-        first = first.previous()
-    existing = [
-        row[0]
-        for row in conn.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-        )
-    ]
-    for statement in partitions.plan(existing, partitions.months_from(first, months), protect=True):
-        conn.execute(statement)  # type: ignore[arg-type]
-    month = first
-    for _ in range(months):
-        at = month.start + timedelta(days=10)
-        event_id = conn.execute(
-            "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, "
-            "channels, variables, dedupe_key, fanout_claimed_at, fanout_claim_token, "
-            "fanout_completed_at, recipient_count, occurred_at, created_at) VALUES (%s, "
-            "'announcement.posted', 'announcement', 'normal', '{\"kind\": \"all_users\"}', "
-            "ARRAY['email'], '{}', %s, %s, gen_random_uuid(), %s, %s, %s, %s) RETURNING id",
-            (TENANT, uuid.uuid4().hex * 2, at, at, rows, at, at),
-        ).fetchone()[0]  # type: ignore[index]
-        conn.execute(
-            "INSERT INTO notification_recipient (tenant_id, event_id, user_public_id_snapshot, "
-            "occurred_at) SELECT %s, %s, gen_random_uuid(), %s FROM generate_series(1, %s)",
-            (TENANT, event_id, at, rows),
-        )
-        conn.execute(
-            "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, "
-            "status, attempts, queued_at, next_attempt_at, sent_at, occurred_at) "
-            "SELECT tenant_id, event_id, id, 'email', 'sent', 1, %s, %s, %s, occurred_at "
-            "FROM notification_recipient WHERE event_id = %s AND occurred_at = %s",
-            (at, at, at, event_id, at),
-        )
-        conn.execute(
-            "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
-            "attempt_number, occurred_at) SELECT tenant_id, id, 'sent', 1, occurred_at "
-            "FROM notification_delivery WHERE event_id = %s AND occurred_at = %s",
-            (event_id, at),
-        )
-        month = month.next()
+    history.sent_email(conn, TENANT, history.months_before_this(months), rows, attempts=True)
 
 
 def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: bool = True) -> None:

@@ -16,7 +16,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -26,6 +26,7 @@ from psycopg import sql as sql_
 from herald.db import migrate, partitions
 from herald.db.engine import libpq_url
 from herald.delivery.queries import SQL, OutcomeRows
+from tests import history
 from tests.conftest import create_database, drop_database
 from tests.plans import by_parent, empty_partitions
 
@@ -105,43 +106,11 @@ HISTORY_ROWS = 2_000
 
 
 def _history_months() -> list[partitions.Month]:
-    first = partitions.Month.of(datetime.now(UTC))
-    for _ in range(HISTORY_MONTHS):
-        first = first.previous()
-    return partitions.months_from(first, HISTORY_MONTHS)
+    return history.months_before_this(HISTORY_MONTHS)
 
 
 def _seed_history(conn: psycopg.Connection[Any]) -> None:
-    existing = [
-        row[0]
-        for row in conn.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-        )
-    ]
-    for statement in partitions.plan(existing, _history_months(), protect=True):
-        conn.execute(statement)  # type: ignore[arg-type]
-    for month in _history_months():
-        at = month.start + timedelta(days=3)
-        conn.execute(
-            "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, "
-            "channels, variables, dedupe_key, fanout_claimed_at, fanout_claim_token, "
-            "fanout_completed_at, recipient_count, occurred_at, created_at) VALUES ('plans', "
-            "'announcement.posted', 'announcement', 'normal', '{\"kind\": \"all_users\"}', "
-            "ARRAY['email'], '{}', %s, %s, gen_random_uuid(), %s, %s, %s, %s)",
-            (uuid.uuid4().hex * 2, at, at, HISTORY_ROWS, at, at),
-        )
-        conn.execute(
-            "INSERT INTO notification_recipient (tenant_id, event_id, user_public_id_snapshot, "
-            "occurred_at) SELECT 'plans', (SELECT id FROM notification_event WHERE occurred_at = %s), "
-            "gen_random_uuid(), %s FROM generate_series(1, %s)",
-            (at, at, HISTORY_ROWS),
-        )
-        conn.execute(
-            "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, "
-            "status, attempts, sent_at, occurred_at) SELECT tenant_id, event_id, id, 'email', "
-            "'sent', 1, occurred_at, occurred_at FROM notification_recipient WHERE occurred_at = %s",
-            (at,),
-        )
+    history.sent_email(conn, "plans", _history_months(), HISTORY_ROWS, day=3)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "spread"])
