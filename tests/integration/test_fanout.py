@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,7 +22,7 @@ from herald.fanout.service import InAppNotice
 from herald.fanout.worker import fan_out_next_event
 from herald.kinds import Kind, Registry, Template
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.runtime.worker import run_worker
+from herald.runtime.worker import ChannelWakes, run_worker
 from herald.sending.service import SendInput, asend
 from tests import seed
 
@@ -595,14 +596,26 @@ async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
         await conn.execute(
             insert(s.notification_channel_preference),
             [
-                {"tenant_id": tenant, "person_id": people["ne"].id, "channel": "email",
-                 "enabled": False},
-                {"tenant_id": tenant, "person_id": people["muted"].id, "channel": "push",
-                 "enabled": False},
-                {"tenant_id": tenant, "person_id": people["muted"].id, "channel": "in_app",
-                 "enabled": False},
+                {
+                    "tenant_id": tenant,
+                    "person_id": people["ne"].id,
+                    "channel": "email",
+                    "enabled": False,
+                },
+                {
+                    "tenant_id": tenant,
+                    "person_id": people["muted"].id,
+                    "channel": "push",
+                    "enabled": False,
+                },
+                {
+                    "tenant_id": tenant,
+                    "person_id": people["muted"].id,
+                    "channel": "in_app",
+                    "enabled": False,
+                },
             ],
-        )  # fmt: skip
+        )
         await conn.execute(
             insert(s.notification_preference).values(
                 tenant_id=tenant,
@@ -680,3 +693,80 @@ async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
     assert by_set[("ne-np", "push", None)][0] == "skipped_no_destination"
     assert sum(1 for key in by_set if key[:2] == ("en", "push")) == 2
     assert len(by_set) == 7 * 3 + 1
+
+
+def test_a_delivery_notify_wakes_the_channels_it_names() -> None:
+    """The senders' wake-ups: a payload naming channels wakes only those (names this worker has
+    no loop for are ignored); an empty payload, every other writer's, wakes every channel."""
+    wakes = ChannelWakes(["email", "push", "sms"])
+
+    def woken() -> set[str]:
+        found = {c for c, e in wakes.events.items() if e.is_set()}
+        for event in wakes.events.values():
+            event.clear()
+        return found
+
+    wakes.notified("email")
+    assert woken() == {"email"}
+    wakes.notified("email,sms,telegram")
+    assert woken() == {"email", "sms"}
+    wakes.notified("")
+    assert woken() == {"email", "push", "sms"}
+
+
+async def test_a_fanout_batch_wakes_only_the_senders_of_the_channels_it_queued(
+    engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    """An email-only event wakes the email loops and no other channel's: with the poll far away,
+    the SMS loops run no claim after their start-up one while the event's emails are sent (they
+    used to wake on every batch's NOTIFY, each to claim nothing). The page write's NOTIFY names
+    the channels of the rows it queued."""
+    await school(engine, tenant, students=2)
+    claims: list[str] = []
+
+    def on_execute(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        # The delivery claim, either form (all tenants, or one): the only statement with both.
+        if isinstance(params, dict) and {"channel", "lease_seconds"} <= params.keys():
+            claims.append(params["channel"])
+
+    sync_engine = engine.sync_engine
+    sqlalchemy_event.listen(sync_engine, "before_cursor_execute", on_execute)
+    quiet = settings.model_copy(
+        update={"poll_interval_seconds": 60.0, "email_provider": "mock", "sms_provider": "mock"}
+    )
+    stop = asyncio.Event()
+    worker = asyncio.create_task(
+        run_worker(quiet, engine, SAMPLE_REGISTRY, stop, tenant_id=tenant, maintenance=False)
+    )
+    try:
+        # Every loop claims at start-up, and again once the LISTEN connection opens (it wakes
+        # every channel: nothing was heard while it was away). Wait until that has settled.
+        settled = -1
+        for _ in range(200):
+            await asyncio.sleep(0.3)
+            if len(claims) == settled and "sms" in claims and "email" in claims:
+                break
+            settled = len(claims)
+        started = len(claims)
+        assert "sms" in claims
+        first = await send_event(engine, tenant)
+
+        async def sent() -> int:
+            # The mock provider's outcome is recorded skipped_unconfigured (re-driven once a
+            # real provider is configured): the row was worked, which is what is waited for.
+            rows = await deliveries(engine, first)
+            return sum(
+                1 for r in rows if r["channel"] == "email" and r["status"] == "skipped_unconfigured"
+            )
+
+        for _ in range(400):
+            if await sent() == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert await sent() == 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, timeout=20)
+        sqlalchemy_event.remove(sync_engine, "before_cursor_execute", on_execute)
+    # Only the email loops ran a claim for it; the SMS, push and Telegram loops slept on.
+    assert set(claims[started:]) == {"email"}

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -72,7 +72,12 @@ async def run_worker(
     own_publisher: Publisher | None = None
     if publish is None:
         publish = own_publisher = build_publisher(settings, engine)
-    wakes = {FANOUT_CHANNEL: asyncio.Event(), DELIVERY_CHANNEL: asyncio.Event()}
+    fanout_wake = asyncio.Event()
+    sender_wakes = ChannelWakes(providers if channels else ())
+    wakes: dict[str, Wake] = {
+        FANOUT_CHANNEL: lambda _payload: fanout_wake.set(),
+        DELIVERY_CHANNEL: sender_wakes.notified,
+    }
     url = libpq_url(engine.url.render_as_string(hide_password=False))
     # This process's presence lock: fan-out claims name it, so they are freed at once if we die.
     here = Presence(url)
@@ -98,7 +103,7 @@ async def run_worker(
         tasks += [
             asyncio.create_task(here.run(stop), name="herald-presence"),
             asyncio.create_task(
-                _loop("fan-out", fanout_once, wakes[FANOUT_CHANNEL], stop, settings),
+                _loop("fan-out", fanout_once, fanout_wake, stop, settings),
                 name="herald-fanout",
             ),
         ]
@@ -125,7 +130,9 @@ async def run_worker(
 
             tasks.extend(
                 asyncio.create_task(
-                    _loop(f"{channel} sender", send_once, wakes[DELIVERY_CHANNEL], stop, settings),
+                    _loop(
+                        f"{channel} sender", send_once, sender_wakes.events[channel], stop, settings
+                    ),
                     name=f"herald-{channel}-{n}",
                 )
                 for n in range(LOOPS_PER_CHANNEL)
@@ -170,7 +177,7 @@ async def run_worker(
     finally:
         stop.set()
         for wake in wakes.values():
-            wake.set()
+            wake("")
         await asyncio.gather(*tasks, return_exceptions=True)
         if webhook_client is not None:
             await webhook_client.aclose()
@@ -262,7 +269,30 @@ async def _sleep_until(wake: asyncio.Event | None, stop: asyncio.Event, seconds:
             wake.clear()
 
 
-async def _listen(url: str, wakes: Mapping[str, asyncio.Event], stop: asyncio.Event) -> None:
+# What a NOTIFY on one LISTEN channel does, given its payload.
+Wake = Callable[[str], None]
+
+
+class ChannelWakes:
+    """The senders' wake-ups, one per delivery channel (each channel's loops share its event).
+
+    A NOTIFY on herald_delivery whose payload names channels — the fan-out's names the channels
+    of the rows its batch queued, comma-separated — wakes those channels' loops only; an empty
+    payload (every other writer's) wakes every channel. An email-only broadcast used to wake the
+    SMS, push and Telegram loops on each of its batches, each to run a claim that found nothing:
+    1,220 empty claims beside 501 full ones at 100,000 people (docs/scaling.md §9.3)."""
+
+    def __init__(self, channels: Iterable[str]) -> None:
+        self.events = {channel: asyncio.Event() for channel in channels}
+
+    def notified(self, payload: str) -> None:
+        named = payload.split(",") if payload else list(self.events)
+        for channel in named:
+            if channel in self.events:
+                self.events[channel].set()
+
+
+async def _listen(url: str, wakes: Mapping[str, Wake], stop: asyncio.Event) -> None:
     """Hold one LISTEN connection for every channel; reconnect after failures, backing off.
     Polling covers the gaps, so a lost connection delays work and never loses it."""
     backoff = outages.Backoff()
@@ -274,12 +304,12 @@ async def _listen(url: str, wakes: Mapping[str, asyncio.Event], stop: asyncio.Ev
                 backoff.reset()
                 # Woken by nothing while we were away: look for work now.
                 for missed in wakes.values():
-                    missed.set()
+                    missed("")
                 while not stop.is_set():
                     async for notify in conn.notifies(timeout=0.5):
                         wake = wakes.get(notify.channel)
                         if wake is not None:
-                            wake.set()
+                            wake(notify.payload)
         except Exception as exc:
             if stop.is_set():
                 return

@@ -55,7 +55,7 @@ from sqlalchemy import (
     true,
     union_all,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by, insert
 from sqlalchemy.sql.expression import CTE
 
 from herald.db import schema as s
@@ -220,6 +220,17 @@ def statement(
     queued = (
         select(func.count()).select_from(ins_d).where(ins_d.c.status == "queued").scalar_subquery()
     )
+    # The channels of the rows queued, e.g. 'email' or 'email,sms': only those senders wake
+    # (herald.runtime.worker.ChannelWakes).
+    queued_kinds = (
+        select(ins_d.c.channel).where(ins_d.c.status == "queued").distinct().subquery("queued_on")
+    )
+    queued_channels = select(
+        func.string_agg(
+            queued_kinds.c.channel,
+            aggregate_order_by(literal_column("','"), queued_kinds.c.channel),
+        )
+    ).scalar_subquery()
     return select(
         select(func.count()).select_from(pg).scalar_subquery().label("page_size"),
         select(func.max(pg.c.id)).scalar_subquery().label("last_person"),
@@ -228,7 +239,7 @@ def statement(
         queued.label("queued"),
         # The delivery workers' wake-up, in this statement rather than a round trip of its own;
         # like any NOTIFY it is delivered only if the batch commits.
-        case((queued > 0, func.pg_notify(DELIVERY_CHANNEL, ""))).label("woke"),
+        case((queued > 0, func.pg_notify(DELIVERY_CHANNEL, queued_channels))).label("woke"),
         select(func.array_agg(shown.c.user_id)).scalar_subquery().label("shown_people"),
         select(func.array_agg(shown.c.public_id)).scalar_subquery().label("shown_recipients"),
         select(func.array_agg(shown.c.audience_role_id)).scalar_subquery().label("shown_roles"),
