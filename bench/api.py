@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/api.py [--requests 400] [--concurrency 16] [--seconds 5]
     .venv/bin/python bench/api.py --large [--people 200000] [--rows 5100000] [--heavy 20]
-        [--heavy-rows 5000]
+        [--heavy-rows 5000] [--months 6] [--keep | --reuse NAME]
     .venv/bin/python bench/api.py --profile [--requests 300]
+    .venv/bin/python bench/api.py [--large …] --spy 15   (py-spy of the API under list load)
     … [--person-limit 1000/second] [--redis-url redis://127.0.0.1:6379/0] [--log-level INFO]
     … [--processes 2]   (API processes; how many the machine needs for a rate)
 
@@ -22,7 +23,12 @@ the rest sharing what is left of `--rows` delivered in-app rows, 30 % read; ever
 with INSERT … SELECT generate_series (no row leaves Python). Measures at `--concurrency` clients
 (p50/p99 and requests/s): the first page, a deep cursor page (`--deep` pages in), the unread count
 and mark-read, each for the heavy people, and prints EXPLAIN (ANALYZE, BUFFERS) of the SQL each
-of them runs, as herald_app under the tenant.
+of them runs, as herald_app under the tenant. `--keep` leaves the seeded database in place (its
+name is printed) and `--reuse NAME` measures it again without seeding (a 10,000,000-row inbox
+takes ~14 minutes to build).
+
+Each measured line says where a request's CPU went over the run: the API process(es), every
+PostgreSQL process on the machine, and this load client (user + system time, per request).
 
 --profile: no subprocess; the app in this process under pyinstrument (if installed), driving
 list and unread-count requests through the ASGI interface, and the number of SQL statements
@@ -54,6 +60,7 @@ from typing import Any
 import httpx
 import psutil  # type: ignore[import-untyped]
 import psycopg
+from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -295,6 +302,10 @@ class Figures:
     # CPU seconds the API process spent over the run (user + system): per request, the figure
     # that least depends on what else the machine is doing.
     server_cpu: float = 0.0
+    # CPU seconds of every PostgreSQL process on this machine (backends and background) and of
+    # this load client over the same run: with the API's, where a request's core-time goes.
+    database_cpu: float = 0.0
+    client_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -305,16 +316,30 @@ class Figures:
         return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
     def line(self, name: str) -> str:
-        cpu = self.server_cpu * 1000 / len(self.latencies_ms)
+        n = len(self.latencies_ms)
+        cpu, database, client = (
+            seconds * 1000 / n for seconds in (self.server_cpu, self.database_cpu, self.client_cpu)
+        )
         return (
             f"{name:30} p50 {self.pct(50):7.2f} ms  p99 {self.pct(99):7.2f} ms  "
-            f"{self.rate:6.0f} req/s  API CPU {cpu:5.2f} ms/req  ({len(self.latencies_ms)} req)"
+            f"{self.rate:6.0f} req/s  CPU ms/req: API {cpu:4.2f}, PostgreSQL {database:4.2f}, "
+            f"client {client:4.2f}  ({n} req)"
         )
 
 
 def cpu_seconds(pid: int) -> float:
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
+
+
+def postgres_cpu_seconds() -> float:
+    """User + system CPU of every process named postgres that is running now (a backend that
+    exits mid-run takes its share with it: the bench's connections stay open across a run)."""
+    total = 0.0
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        if proc.info["name"] == "postgres" and proc.info["cpu_times"] is not None:
+            total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return total
 
 
 async def drive(
@@ -353,13 +378,16 @@ async def drive(
         await asyncio.gather(*(client(conn, first, False) for conn in conns))
     measured = iter(range(warmup, warmup + requests))
     cpu_before = sum(cpu_seconds(pid) for pid in SERVER_PID)
+    database_before, client_before = postgres_cpu_seconds(), time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(client(conn, measured, True) for conn in conns))
     seconds = time.perf_counter() - started
+    client_cpu = time.process_time() - client_before
     cpu = sum(cpu_seconds(pid) for pid in SERVER_PID) - cpu_before
+    database_cpu = postgres_cpu_seconds() - database_before
     for conn in conns:
         conn.close()
-    return Figures(latencies, seconds, cpu)
+    return Figures(latencies, seconds, cpu, database_cpu, client_cpu)
 
 
 # The API process being measured (set once it is started).
@@ -701,10 +729,17 @@ class BenchDatabase:
     settings: Settings
 
     @classmethod
-    def create(cls, database_url: str | None, prefix: str) -> BenchDatabase:
+    def create(
+        cls, database_url: str | None, prefix: str, *, reuse: str | None = None
+    ) -> BenchDatabase:
+        """A new database, or with `reuse` the one of that name a run with --keep left."""
         server = database_url or embedded.start(ROOT / ".herald" / "bench")
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        url = create_database(server, name)
+        if reuse is not None:
+            name = reuse
+            url = make_url(server).set(database=name).render_as_string(hide_password=False)
+        else:
+            name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+            url = create_database(server, name)
         secret = secrets.token_urlsafe(32)
         return cls(server, name, url, secret, Settings(database_url=url, jwt_secret=secret))
 
@@ -751,9 +786,19 @@ def main() -> None:
     parser.add_argument(
         "--spy", type=float, default=0, help="seconds of py-spy on the API under list load"
     )
+    parser.add_argument(
+        "--reuse",
+        metavar="NAME",
+        help="--large: measure the database a run with --keep left (same --people, --heavy and "
+        "--heavy-rows), without seeding it again; it is kept afterwards",
+    )
     args = parser.parse_args()
+    if args.reuse:
+        if not args.large:
+            parser.error("--reuse needs --large")
+        args.keep = True
 
-    bench = BenchDatabase.create(args.database_url, "herald_bench")
+    bench = BenchDatabase.create(args.database_url, "herald_bench", reuse=args.reuse)
     server, name, url, secret, settings = (
         bench.server,
         bench.name,
@@ -768,7 +813,13 @@ def main() -> None:
         demo = demo_directory(url) if not args.large else ("", [])
         with psycopg.connect(libpq_url(url)) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-            if args.large:
+            if args.reuse:
+                tenant = BENCH_TENANT
+                subjects = [f"p{n}" for n in range(1, args.heavy + 1)]
+                rows = conn.execute(
+                    "SELECT count(*) FROM notification_delivery WHERE channel = 'in_app'"
+                ).fetchone()[0]  # type: ignore[index]
+            elif args.large:
                 tenant = BENCH_TENANT
                 rows, subjects = seed_large(conn, args)
             else:
@@ -777,7 +828,8 @@ def main() -> None:
                     conn, tenant, per_person=args.demo_rows, heavy=(), heavy_rows=args.demo_rows
                 )
             conn.commit()
-        vacuum(url)
+        if not args.reuse:
+            vacuum(url)
         print(
             f"PostgreSQL {version}; tenant {tenant!r}: {rows:,} in-app delivery rows for "
             f"{len(subjects) if not args.large else args.people:,} people "
@@ -804,11 +856,11 @@ def main() -> None:
             SERVER_PID.append(procs[-1].pid)
         if args.processes > 1:
             print(f"{args.processes} API processes; the clients take them in turn")
-        if args.large:
+        if args.spy:
+            asyncio.run(spy(ports[0], tokens, args))
+        elif args.large:
             cursor = asyncio.run(large_run(ports, tokens, args))
             explain_large(url, tenant, subjects[0], cursor)
-        elif args.spy:
-            asyncio.run(spy(ports[0], tokens, args))
         else:
             asyncio.run(small_run(ports, tokens, args))
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")
