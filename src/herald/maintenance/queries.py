@@ -97,40 +97,31 @@ async def delete_aged_deliveries(
     return DeletedDeliveries(deliveries=int(row.deliveries), attempts=int(row.attempts))
 
 
-async def _delete_windowed(
-    statement: str,
-    conn: AsyncConnection,
-    after: datetime | None,
-    before: datetime,
-    limit: int,
-    parts: Mapping[str, str],
-) -> int:
-    result = await conn.execute(
-        windowed(statement, parts), {**_window(after, before), "limit": limit}
-    )
-    return int(result.rowcount)
+@dataclass(frozen=True)
+class WindowedDelete:
+    """One level of the event retention's bounded deletes (queries.sql's `statement`): up to
+    `limit` rows with occurred_at in the window (`after`, `before`), read from the window's
+    partitions `parts` (the whole tables by default). Returns the rows deleted."""
+
+    statement: str
+
+    async def __call__(
+        self,
+        conn: AsyncConnection,
+        *,
+        after: datetime | None = None,
+        before: datetime,
+        limit: int,
+        parts: Mapping[str, str] = PARENTS,
+    ) -> int:
+        result = await conn.execute(
+            windowed(self.statement, parts), {**_window(after, before), "limit": limit}
+        )
+        return int(result.rowcount)
 
 
-async def delete_aged_recipients(
-    conn: AsyncConnection,
-    *,
-    after: datetime | None = None,
-    before: datetime,
-    limit: int,
-    parts: Mapping[str, str] = PARENTS,
-) -> int:
-    return await _delete_windowed("delete_aged_recipients", conn, after, before, limit, parts)
-
-
-async def delete_aged_events(
-    conn: AsyncConnection,
-    *,
-    after: datetime | None = None,
-    before: datetime,
-    limit: int,
-    parts: Mapping[str, str] = PARENTS,
-) -> int:
-    return await _delete_windowed("delete_aged_events", conn, after, before, limit, parts)
+delete_aged_recipients = WindowedDelete("delete_aged_recipients")
+delete_aged_events = WindowedDelete("delete_aged_events")
 
 
 @dataclass(frozen=True)
