@@ -2,7 +2,7 @@
 `herald scheduler` and `herald worker` processes, beside a raw COPY of the same rows in the
 same run.
 
-    .venv/bin/python bench/broadcast.py [--people 1000000] [--batch 500] [--split]
+    .venv/bin/python bench/broadcast.py [--people 1000000] [--batch 500] [--split [--senders N]]
 
 Uses HERALD_BENCH_DATABASE_URL (the bench creates and drops its own database), else the embedded
 PostgreSQL under .herald/bench. The broadcast is written approved (two different people) and due
@@ -11,6 +11,8 @@ a few seconds ahead, so both processes are up when the scheduler releases it. Pr
   - broadcast: release → fan-out complete, and release → completed (every email recorded by the
     mock), each with its ratio to the COPY;
   - first in-app row: how long after the release (the frozen timestamp) the first inbox row exists;
+  - CPU: user + system time of each process and of every PostgreSQL process over the run, and
+    how many of the machine's two cores that kept busy;
   - memory: peak RSS of the scheduler and of the worker, and the worker's RSS over the run.
 Never part of the test run's pass/fail.
 """
@@ -38,6 +40,22 @@ from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
 
 RELEASE_DELAY_SECONDS = 4
+
+
+def postgres_cpu_by_pid() -> dict[int, float]:
+    """User + system CPU of every process named postgres running now, by pid (a backend started
+    during the run counts from zero; one that ends mid-run takes its share with it, but the
+    workers' pools keep theirs open)."""
+    seconds: dict[int, float] = {}
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        if proc.info["name"] == "postgres" and proc.info["cpu_times"] is not None:
+            seconds[proc.pid] = proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return seconds
+
+
+def process_cpu(proc: subprocess.Popen[bytes]) -> float:
+    times = psutil.Process(proc.pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def insert_broadcast(url: str) -> str:
@@ -94,6 +112,12 @@ def main() -> None:
         help="two worker processes: `herald worker --no-channels` (fan-out) and "
         "`herald worker --no-fanout` (senders), instead of one doing both",
     )
+    parser.add_argument(
+        "--senders",
+        type=int,
+        default=1,
+        help="with --split: how many `herald worker --no-fanout` processes (default 1)",
+    )
     args = parser.parse_args()
 
     server = os.environ.get("HERALD_BENCH_DATABASE_URL") or embedded.start(
@@ -108,7 +132,11 @@ def main() -> None:
             version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         print(
             f"PostgreSQL {version}; {args.people:,} people; batch {args.batch}; "
-            + ("fan-out and senders in two worker processes" if args.split else "one worker")
+            + (
+                f"fan-out in one worker process, senders in {args.senders}"
+                if args.split
+                else "one worker"
+            )
         )
         seed_people(url, args.people)
         copy_seconds, _ = baseline_copy(url, args.people)
@@ -124,15 +152,14 @@ def main() -> None:
         herald = str(Path(sys.executable).with_name("herald"))
         commands = {"scheduler": ["scheduler"], "worker": ["worker"]}
         if args.split:
-            commands = {
-                "scheduler": ["scheduler"],
-                "worker": ["worker", "--no-channels"],
-                "senders": ["worker", "--no-fanout"],
-            }
+            commands = {"scheduler": ["scheduler"], "worker": ["worker", "--no-channels"]}
+            for n in range(args.senders):
+                commands["senders" if n == 0 else f"senders{n + 1}"] = ["worker", "--no-fanout"]
         for role, command in commands.items():
             processes[role] = subprocess.Popen(
                 [herald, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
+        database_before = postgres_cpu_by_pid()
         public_id = insert_broadcast(url)
         peaks = {role: 0.0 for role in processes}
         worker_rss: list[float] = []
@@ -147,6 +174,8 @@ def main() -> None:
                         worker_rss.append(rss)
                 state, frozen, fanned, completed = progress(watcher, public_id)
                 if state == "completed":
+                    spent = {role: process_cpu(proc) for role, proc in processes.items()}
+                    database_after = postgres_cpu_by_pid()
                     break
                 time.sleep(0.5)
             first_row = first_in_app_row(watcher, public_id)
@@ -170,11 +199,22 @@ def main() -> None:
         print(
             f"first row  first in-app row {first_seconds:.2f} s after the release (target <= 2 s)"
         )
+        database_cpu = sum(t - database_before.get(pid, 0.0) for pid, t in database_after.items())
+        print(
+            "CPU        over the run (user + system): "
+            + ", ".join(f"{role} {seconds:.1f} s" for role, seconds in spent.items())
+            + f", PostgreSQL {database_cpu:.1f} s; "
+            f"{(sum(spent.values()) + database_cpu) / total_seconds:.2f} of 2 cores over the broadcast"
+        )
         third = max(len(worker_rss) // 3, 1)
         print(
             f"memory     peak RSS: scheduler {peaks['scheduler']:.1f} MiB, "
             f"worker {peaks['worker']:.1f} MiB"
-            + (f", senders {peaks['senders']:.1f} MiB" if "senders" in peaks else "")
+            + "".join(
+                f", {role} {peak:.1f} MiB"
+                for role, peak in peaks.items()
+                if role.startswith("senders")
+            )
             + "; worker max in first / last third "
             f"{max(worker_rss[:third]):.1f} / {max(worker_rss[-third:]):.1f} MiB"
         )
