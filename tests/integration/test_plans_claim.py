@@ -204,39 +204,6 @@ def test_the_claim_walks_the_due_index_in_order_under_a_generic_plan(
     assert limits and limits[0]["Plans"][0]["Node Type"] == "LockRows"
 
 
-def test_the_claim_past_a_position_starts_its_walk_at_the_position(
-    queue: psycopg.Connection[Any],
-) -> None:
-    """claim_due_deliveries_after (the worker's ClaimCursor): the same ordered walk of the due
-    index, with the (next_attempt_at, id) position as an index bound — where the walk starts,
-    not a filter applied to every entry before it."""
-    position = queue.execute(
-        "SELECT next_attempt_at, id FROM notification_delivery WHERE status = 'queued' "
-        "ORDER BY next_attempt_at, id OFFSET 1000 LIMIT 1"
-    ).fetchone()
-    assert position is not None
-    plan = _generic_plan(
-        queue,
-        "claim_due_deliveries_after",
-        channel="email",
-        limit=100,
-        lease_seconds=300,
-        after_at=position[0],
-        after_id=position[1],
-    )
-    _assert_no_sort_and_no_seq_scan(plan)
-    candidate = [n for n in _scans_of_delivery(plan) if n.get("Alias") == "c"]
-    assert candidate and {(n["Node Type"], n["Index Name"]) for n in candidate} == {
-        ("Index Scan", "notification_delivery_due_idx")
-    }, json.dumps(plan, indent=1)
-    for scan in candidate:
-        assert "ROW(next_attempt_at, id) >" in scan["Index Cond"], json.dumps(scan, indent=1)
-        # At most the partial index's own predicate is rechecked; the position never is a filter.
-        assert "next_attempt_at" not in scan.get("Filter", ""), json.dumps(scan, indent=1)
-    limits = [n for n in _nodes(plan) if n["Node Type"] == "Limit"]
-    assert limits and limits[0]["Plans"][0]["Node Type"] == "LockRows"
-
-
 @pytest.mark.parametrize(
     ("statement", "index"),
     [

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -36,48 +36,6 @@ def _span_params(span: Span) -> dict[str, datetime]:
     return {"first_at": span[0], "last_at": span[1]}
 
 
-class Claimed(NamedTuple):
-    """One claimed row: what the worker reads next, and its place in the claim's order."""
-
-    id: int
-    tenant_id: str
-    occurred_at: datetime
-    next_attempt_at: datetime
-
-
-# A claim's place in the due order: (next_attempt_at, id) of the last row it took.
-Position = tuple[datetime, int]
-
-
-async def claim(
-    conn: AsyncConnection,
-    channel: str,
-    limit: int,
-    lease_seconds: int,
-    *,
-    tenant_id: str | None = None,
-    after: Position | None = None,
-) -> list[Claimed]:
-    """Claim a batch: from the head of the channel's due order, or (`after`) from past a
-    position (claim_due_deliveries_after; never with `tenant_id`)."""
-    params: dict[str, Any] = {"channel": channel, "limit": limit, "lease_seconds": lease_seconds}
-    if after is not None:
-        if tenant_id is not None:
-            raise ValueError("a claim from a position is for the shared claim only")
-        statement = SQL["claim_due_deliveries_after"]
-        params |= {"after_at": after[0], "after_id": after[1]}
-    elif tenant_id is None:
-        statement = SQL["claim_due_deliveries"]
-    else:
-        statement = SQL["claim_due_deliveries_of_tenant"]
-        params["tenant_id"] = tenant_id
-    result = await conn.execute(statement, params)
-    return [
-        Claimed(int(row.id), str(row.tenant_id), row.occurred_at, row.next_attempt_at)
-        for row in result
-    ]
-
-
 async def claim_due_deliveries(
     conn: AsyncConnection,
     channel: str,
@@ -85,9 +43,15 @@ async def claim_due_deliveries(
     lease_seconds: int,
     tenant_id: str | None = None,
 ) -> list[tuple[int, str, datetime]]:
-    """Claim a batch from the head; (delivery id, tenant id, occurred_at) of each claimed row."""
-    claimed = await claim(conn, channel, limit, lease_seconds, tenant_id=tenant_id)
-    return [(row.id, row.tenant_id, row.occurred_at) for row in claimed]
+    """Claim a batch; (delivery id, tenant id, occurred_at) of each claimed row."""
+    params: dict[str, Any] = {"channel": channel, "limit": limit, "lease_seconds": lease_seconds}
+    if tenant_id is None:
+        result = await conn.execute(SQL["claim_due_deliveries"], params)
+    else:
+        result = await conn.execute(
+            SQL["claim_due_deliveries_of_tenant"], {**params, "tenant_id": tenant_id}
+        )
+    return [(int(row.id), str(row.tenant_id), row.occurred_at) for row in result]
 
 
 async def load_send_contexts(

@@ -22,17 +22,6 @@ hooks AS (
       FROM ended
      WHERE ended.status = 'dead'
 
--- fragment: claim_locked
--- The claim's write, after a CTE `c` that locked the rows to claim: queued → processing with the
--- claim and its lease (R-STATE-6, R-STATE-8), each row probed in its own month.
-UPDATE notification_delivery d
-   SET status = 'processing',
-       claimed_at = clock_timestamp(),
-       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
- WHERE d.id = ANY(ARRAY(SELECT c.id FROM c))
-   AND d.occurred_at BETWEEN (SELECT min(c.occurred_at) FROM c) AND (SELECT max(c.occurred_at) FROM c)
-RETURNING d.id, d.tenant_id, d.occurred_at, d.next_attempt_at;
-
 -- name: claim_due_deliveries
 -- Claim due, queued rows of one channel (R-STATE-1, R-STATE-8, R-STATE-16): one conditional UPDATE
 -- that flips queued → processing and stamps the claim and its lease together (R-STATE-6).
@@ -64,7 +53,13 @@ WITH c AS MATERIALIZED (
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
 )
-{{claim_locked}};
+UPDATE notification_delivery d
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE d.id = ANY(ARRAY(SELECT c.id FROM c))
+   AND d.occurred_at BETWEEN (SELECT min(c.occurred_at) FROM c) AND (SELECT max(c.occurred_at) FROM c)
+RETURNING d.id, d.tenant_id, d.occurred_at;
 
 -- name: claim_due_deliveries_of_tenant
 -- The same claim limited to one tenant (tests and single-tenant drains). A statement of its own
@@ -82,32 +77,13 @@ WITH c AS MATERIALIZED (
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
 )
-{{claim_locked}};
-
--- name: claim_due_deliveries_after
--- The claim from where this process's last claim of the channel ended (herald.delivery.worker's
--- ClaimCursor): the same rows, order and lock as claim_due_deliveries, from (next_attempt_at, id)
--- past :after_at, :after_id. A claimed row's old version keeps its entry in the due index until
--- vacuum (the entry only stops pointing at a live row), and a claim from the head walks every such
--- entry of the rows claimed before it, and the rows the channel's other loop holds locked: in a
--- 1,000,000-person drain that walk grew from 30 to 530 buffers and from 0.3 to 6.9 ms a claim of
--- 200 (docs/scaling.md §9.4). The row comparison is an index bound on the due index
--- (channel, next_attempt_at, id): the walk starts at the cursor. A row behind the cursor (a
--- retry re-queued with a due time already past, a transaction that committed rows late) is taken
--- by the head claim the cursor still runs whenever this one finds nothing, and at least once a
--- second (ClaimCursor.HEAD_EVERY_SECONDS).
-WITH c AS MATERIALIZED (
-    SELECT c.id, c.occurred_at
-      FROM notification_delivery c
-     WHERE c.status = 'queued'
-       AND c.channel = :channel
-       AND c.next_attempt_at <= now()
-       AND (c.next_attempt_at, c.id) > (:after_at, :after_id)
-     ORDER BY c.next_attempt_at, c.id
-     LIMIT :limit
-       FOR UPDATE SKIP LOCKED
-)
-{{claim_locked}};
+UPDATE notification_delivery d
+   SET status = 'processing',
+       claimed_at = clock_timestamp(),
+       lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
+ WHERE d.id = ANY(ARRAY(SELECT c.id FROM c))
+   AND d.occurred_at BETWEEN (SELECT min(c.occurred_at) FROM c) AND (SELECT max(c.occurred_at) FROM c)
+RETURNING d.id, d.tenant_id, d.occurred_at;
 
 -- name: load_send_contexts
 -- Everything the send of each claimed row needs, read under the row's tenant (row-level

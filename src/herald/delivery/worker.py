@@ -57,27 +57,15 @@ async def deliver_batch(
     limit: int | None = None,
     tenant_id: str | None = None,
     gate: asyncio.Semaphore | None = None,
-    cursor: ClaimCursor | None = None,
 ) -> int:
     """Claim up to `limit` due deliveries of one channel and see each to a recorded outcome.
-    `cursor`: where this process's claims of the channel have reached (ClaimCursor), shared by
-    the channel's loops.
 
     Returns how many were claimed (0: nothing was due).
     """
-    wanted = limit or BATCH_LIMIT.get(channel, 100)
     async with engine.begin() as conn:
-        after = cursor.after() if cursor is not None and tenant_id is None else None
-        claimed = await queries.claim(
-            conn, channel, wanted, settings.lease_seconds, tenant_id=tenant_id, after=after
+        claimed = await queries.claim_due_deliveries(
+            conn, channel, limit or BATCH_LIMIT.get(channel, 100), settings.lease_seconds, tenant_id
         )
-        from_head = after is None
-        if not from_head and not claimed:
-            # Nothing past the cursor: the head may still hold rows due behind it.
-            claimed = await queries.claim(conn, channel, wanted, settings.lease_seconds)
-            from_head = True
-        if cursor is not None:
-            cursor.moved(claimed, from_head=from_head)
         if not claimed:
             return 0
         # Cross-tenant above (ids only); from here each tenant's rows are read as that tenant.
@@ -145,42 +133,6 @@ async def _record(
         if ref is None or context["id"] not in written or recorder.will_retry(result, settings):
             continue
         await secrets.release(vault, context["tenant_id"], ref, holder=str(context["public_id"]))
-
-
-class ClaimCursor:
-    """Where a process's claims of one channel have reached in the due order, shared by the
-    channel's loops: each claim starts past the last row any of them took
-    (queries.claim_due_deliveries_after) instead of walking, from the head of the due index, the
-    entries that the rows claimed since the last vacuum left there and the rows the other loop
-    holds locked (docs/scaling.md §9.4).
-
-    A row can be due behind the cursor: a failed row re-queued once its backoff elapsed keeps its
-    due time, and a transaction that queued rows may commit after later rows were claimed. So a
-    claim goes back to the head whenever nothing is left past the cursor, and at least every
-    HEAD_EVERY_SECONDS: no due row waits much longer than that for a claim to reach it (a loop
-    that found nothing polls again within HERALD_POLL_INTERVAL_SECONDS), and the order stays the
-    claim's own (next_attempt_at, id), a second's reordering at most. A claim that comes back
-    short past the cursor does not go back to the head at once: while the senders keep up with a
-    fan-out, most claims are short, and each would pay the walk the cursor is there to save."""
-
-    HEAD_EVERY_SECONDS = 1.0
-
-    def __init__(self) -> None:
-        self.position: queries.Position | None = None
-        self.last_head = float("-inf")
-
-    def after(self) -> queries.Position | None:
-        """Where the next claim starts; None: from the head."""
-        if self.position is None or time.monotonic() - self.last_head >= self.HEAD_EVERY_SECONDS:
-            return None
-        return self.position
-
-    def moved(self, claimed: Sequence[queries.Claimed], *, from_head: bool) -> None:
-        if from_head:
-            self.last_head = time.monotonic()
-        if claimed:
-            last = max((row.next_attempt_at, row.id) for row in claimed)
-            self.position = last if self.position is None else max(self.position, last)
 
 
 class _Batch:
@@ -450,8 +402,10 @@ async def _send(provider: Provider, message: Message, unknown: str) -> tuple[Pro
     return outcome, metrics.provider_outcome(outcome.outcome, outcome.retryable)
 
 
-def _by_tenant(claimed: Sequence[queries.Claimed]) -> dict[str, list[queries.Claimed]]:
-    grouped: dict[str, list[queries.Claimed]] = {}
+def _by_tenant(
+    claimed: Sequence[tuple[int, str, datetime]],
+) -> dict[str, list[tuple[int, str, datetime]]]:
+    grouped: dict[str, list[tuple[int, str, datetime]]] = {}
     for row in claimed:
         grouped.setdefault(row[1], []).append(row)
     return grouped
@@ -486,7 +440,6 @@ async def drain_channel(
 ) -> int:
     """Deliver until nothing of `channel` is due, with `loops` batch loops; returns rows claimed."""
     gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
-    cursor = ClaimCursor()
 
     async def loop() -> int:
         total = 0
@@ -499,7 +452,6 @@ async def drain_channel(
             settings=settings,
             tenant_id=tenant_id,
             gate=gate,
-            cursor=cursor,
         ):
             total += claimed
         return total

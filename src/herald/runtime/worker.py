@@ -27,7 +27,7 @@ from herald.channels.providers import (
 from herald.config import Settings
 from herald.db.engine import libpq_url
 from herald.delivery.queries import DELIVERY_CHANNEL
-from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, ClaimCursor, deliver_batch
+from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, deliver_batch
 from herald.digests import service as digests
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
@@ -110,13 +110,11 @@ async def run_worker(
     if channels:
         for channel, provider in sorted(providers.items()):
             gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
-            cursor = ClaimCursor()
 
             async def send_once(
                 channel: str = channel,
                 provider: Provider = provider,
                 gate: asyncio.Semaphore = gate,
-                cursor: ClaimCursor = cursor,
             ) -> bool:
                 claimed = await deliver_batch(
                     engine,
@@ -127,7 +125,6 @@ async def run_worker(
                     settings=settings,
                     tenant_id=tenant_id,
                     gate=gate,
-                    cursor=cursor,
                 )
                 return claimed > 0
 
