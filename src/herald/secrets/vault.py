@@ -75,7 +75,7 @@ class RedisVault:
     def __init__(self, url: str, *, timeout_seconds: float = REDIS_TIMEOUT_SECONDS) -> None:
         import redis.asyncio as redis
         from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        from redis.asyncio.retry import Retry
 
         self._redis = redis.from_url(
             url,
