@@ -74,8 +74,8 @@ class RedisVault:
 
     def __init__(self, url: str, *, timeout_seconds: float = REDIS_TIMEOUT_SECONDS) -> None:
         import redis.asyncio as redis
-        from redis.backoff import NoBackoff
         from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
         self._redis = redis.from_url(
             url,
