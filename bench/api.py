@@ -332,14 +332,19 @@ def cpu_seconds(pid: int) -> float:
     return float(times.user + times.system)
 
 
-def postgres_cpu_seconds() -> float:
-    """User + system CPU of every process named postgres that is running now (a backend that
-    exits mid-run takes its share with it: the bench's connections stay open across a run)."""
-    total = 0.0
+def postgres_cpu_by_pid() -> dict[int, float]:
+    """User + system CPU of every process named postgres that is running now, by pid (a backend
+    that exits mid-run takes its share with it: the benches' connections stay open across a run;
+    one that starts mid-run counts from zero once its pid is missing from the earlier reading)."""
+    seconds: dict[int, float] = {}
     for proc in psutil.process_iter(["name", "cpu_times"]):
         if proc.info["name"] == "postgres" and proc.info["cpu_times"] is not None:
-            total += proc.info["cpu_times"].user + proc.info["cpu_times"].system
-    return total
+            seconds[proc.pid] = proc.info["cpu_times"].user + proc.info["cpu_times"].system
+    return seconds
+
+
+def postgres_cpu_seconds() -> float:
+    return sum(postgres_cpu_by_pid().values())
 
 
 async def drive(

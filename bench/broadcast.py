@@ -35,27 +35,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import create_database, drop_database  # noqa: E402
 
+from bench.api import cpu_seconds, postgres_cpu_by_pid  # noqa: E402
 from bench.fanout import TENANT, baseline_copy, seed_people  # noqa: E402
 from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
 
 RELEASE_DELAY_SECONDS = 4
-
-
-def postgres_cpu_by_pid() -> dict[int, float]:
-    """User + system CPU of every process named postgres running now, by pid (a backend started
-    during the run counts from zero; one that ends mid-run takes its share with it, but the
-    workers' pools keep theirs open)."""
-    seconds: dict[int, float] = {}
-    for proc in psutil.process_iter(["name", "cpu_times"]):
-        if proc.info["name"] == "postgres" and proc.info["cpu_times"] is not None:
-            seconds[proc.pid] = proc.info["cpu_times"].user + proc.info["cpu_times"].system
-    return seconds
-
-
-def process_cpu(proc: subprocess.Popen[bytes]) -> float:
-    times = psutil.Process(proc.pid).cpu_times()
-    return float(times.user + times.system)
 
 
 def insert_broadcast(url: str) -> str:
@@ -174,7 +159,7 @@ def main() -> None:
                         worker_rss.append(rss)
                 state, frozen, fanned, completed = progress(watcher, public_id)
                 if state == "completed":
-                    spent = {role: process_cpu(proc) for role, proc in processes.items()}
+                    spent = {role: cpu_seconds(proc.pid) for role, proc in processes.items()}
                     database_after = postgres_cpu_by_pid()
                     break
                 time.sleep(0.5)
@@ -204,7 +189,8 @@ def main() -> None:
             "CPU        over the run (user + system): "
             + ", ".join(f"{role} {seconds:.1f} s" for role, seconds in spent.items())
             + f", PostgreSQL {database_cpu:.1f} s; "
-            f"{(sum(spent.values()) + database_cpu) / total_seconds:.2f} of 2 cores over the broadcast"
+            f"{(sum(spent.values()) + database_cpu) / total_seconds:.2f} of {os.cpu_count()} cores "
+            "busy over the broadcast"
         )
         third = max(len(worker_rss) // 3, 1)
         print(
