@@ -35,7 +35,7 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
 ## Benchmarks print figures beside a baseline measured in the same run (never pass/fail).
-bench: bench-fanout bench-delivery bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks
+bench: bench-fanout bench-delivery bench-queue_shapes bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks
 
 bench-%: $(BENCH_STAMP)
 	$(BIN)/python bench/$*.py
