@@ -440,3 +440,80 @@ def test_a_batchs_statements_read_only_the_months_of_its_rows(
         n.get("Relation Name") == "notification_delivery" and n.get("Actual Loops", 0) > 0
         for n in _nodes(plan)
     ), json.dumps(plan, indent=1)
+
+
+async def test_a_workers_batch_runs_its_statements_under_their_generic_plans(
+    server_url: str,
+) -> None:
+    """docs/scaling.md §2.9: the plans this module asserts are the generic ones, and the worker
+    must run those. Left to the server's choice, a prepared claim or outcome write was planned
+    again on every execution (a custom plan pruned to its values' months always looks cheaper
+    than the generic plan over every month), and planning over the months cost more server CPU
+    than running the statement. The worker's transactions set plan_cache_mode =
+    force_generic_plan for themselves: a prepared statement of a batch is never custom-planned,
+    not even on its first executions (which the server's own choice always plans custom)."""
+    from cryptography.fernet import Fernet
+    from sqlalchemy import text
+
+    from herald.config import Settings
+    from herald.db.engine import make_async_engine
+    from herald.delivery.worker import deliver_batch
+    from herald.kinds.sample import SAMPLE_REGISTRY
+    from herald.secrets.vault import TableVault
+    from tests.integration.test_delivery import ScriptedProvider
+
+    name = f"herald_plans_{uuid.uuid4().hex[:10]}"
+    url = create_database(server_url, name)
+    try:
+        migrate.upgrade(url)
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            _seed(conn, tied=False)
+        # One connection: the batches run one after another, each transaction on the same
+        # session, whose prepared statements are read below.
+        engine = make_async_engine(url, pool_size=1)
+        provider = ScriptedProvider("email")
+        try:
+            settings = Settings(database_url=url)
+            vault = TableVault(engine, Fernet.generate_key())
+            for _ in range(8):  # psycopg prepares a statement on its sixth run
+                claimed = await deliver_batch(
+                    engine,
+                    "email",
+                    provider,
+                    registry=SAMPLE_REGISTRY,
+                    vault=vault,
+                    settings=settings,
+                    limit=50,
+                )
+                assert claimed == 50
+            async with engine.connect() as conn:
+                prepared = (
+                    await conn.execute(
+                        text(
+                            "SELECT statement, generic_plans, custom_plans "
+                            "FROM pg_prepared_statements"
+                        )
+                    )
+                ).all()
+                # Every claimed row's outcome was written (the seeded event's variables leave
+                # its email template unresolved: each send is recorded as skipped).
+                ended = (
+                    await conn.execute(
+                        text(
+                            "SELECT count(*) FROM notification_delivery "
+                            "WHERE status = 'skipped_no_template'"
+                        )
+                    )
+                ).scalar_one()
+        finally:
+            await engine.dispose()
+        assert ended == 400
+        plans = {}
+        for statement in ("claim_due_deliveries", "load_send_contexts", "record_outcomes"):
+            first_line = str(SQL[statement]).strip().splitlines()[0]
+            found = [(g, c) for text_, g, c in prepared if text_.strip().startswith(first_line)]
+            assert len(found) == 1, (statement, [p[0][:60] for p in prepared])
+            plans[statement] = found[0]
+        assert all(generic > 0 and custom == 0 for generic, custom in plans.values()), plans
+    finally:
+        drop_database(server_url, name)

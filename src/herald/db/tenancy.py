@@ -78,10 +78,38 @@ def unprotect(table: str) -> list[str]:
     ]
 
 
-async def enter_tenant(conn: AsyncConnection, tenant_id: str) -> None:
+async def enter_tenant(
+    conn: AsyncConnection, tenant_id: str, *, generic_plans: bool = False
+) -> None:
     """From here to the end of the transaction: role herald_app, tenant `tenant_id`. One round
-    trip; `set_config(..., true)` is SET LOCAL. Calling it again switches the tenant."""
-    await conn.execute(_ENTER, {"tenant": tenant_id})
+    trip; `set_config(..., true)` is SET LOCAL. Calling it again switches the tenant.
+    `generic_plans`: the same round trip also sets QUEUE_PLANNER_SETTINGS (plan_generically)."""
+    await conn.execute(_ENTER_GENERIC if generic_plans else _ENTER, {"tenant": tenant_id})
+
+
+# The delivery queue's statements (the claim, the send contexts, the recorder's write, the lease
+# renewal) under their generic plans, always. Each is written for its generic plan — the claim's
+# `status = 'queued'` literal and `= ANY(ARRAY(…))`, the send contexts' and the recorder's probes
+# by primary key within the batch's months — and tests/integration/test_plans_claim.py asserts
+# those plans. Left to PostgreSQL's choice, the server kept re-planning: a custom plan, pruned to
+# the months its values name, always looks cheaper than the generic plan over every month, so
+# after psycopg prepared the claim the server still planned it on every execution (150 custom
+# plans of 150 claims, pg_prepared_statements), and planning a statement over ten month
+# partitions costs more than running it: 6.3-7.1 ms of server CPU a claim of 100, against
+# 3.4-3.9 ms under the generic plan (docs/scaling.md §2.9). Transaction-local, like the tenant:
+# the fan-out's audience pages, which want a custom plan for their values (compiled.unprepared),
+# never run under it.
+QUEUE_PLANNER_SETTINGS = (("plan_cache_mode", "force_generic_plan"),)
+
+_GENERIC = ", ".join(
+    f"set_config('{name}', '{value}', true)" for name, value in QUEUE_PLANNER_SETTINGS
+)
+_PLAN_GENERICALLY = text(f"SELECT {_GENERIC}")
+
+
+async def plan_generically(conn: AsyncConnection) -> None:
+    """QUEUE_PLANNER_SETTINGS from here to the end of the transaction (one round trip)."""
+    await conn.execute(_PLAN_GENERICALLY)
 
 
 # Planner settings of a request that reads a person's inbox (SET LOCAL, like the tenant). A
@@ -132,6 +160,10 @@ def enter_columns(
 
 _ENTER = text(
     f"SELECT set_config('role', '{APP_ROLE}', true), set_config('{TENANT_SETTING}', :tenant, true)"
+)
+_ENTER_GENERIC = text(
+    f"SELECT set_config('role', '{APP_ROLE}', true), "
+    f"set_config('{TENANT_SETTING}', :tenant, true), {_GENERIC}"
 )
 
 

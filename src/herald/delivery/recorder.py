@@ -214,7 +214,7 @@ async def _write(
     written: set[int] = set()
     transaction: str | None = None
     for tenant, indexes in by_tenant.items():
-        await tenancy.enter_tenant(conn, tenant)
+        await tenancy.enter_tenant(conn, tenant, generic_plans=True)
         done, xid = await queries.record_outcomes(conn, rows.subset(indexes))
         await _side_effects(conn, [results[i] for i in indexes], done)
         written |= done

@@ -63,6 +63,7 @@ async def deliver_batch(
     Returns how many were claimed (0: nothing was due).
     """
     async with engine.begin() as conn:
+        await tenancy.plan_generically(conn)
         claimed = await queries.claim_due_deliveries(
             conn, channel, limit or BATCH_LIMIT.get(channel, 100), settings.lease_seconds, tenant_id
         )
@@ -157,6 +158,7 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
         try:
             async with engine.begin() as conn:
                 assert batch.span is not None  # open rows came from contexts
+                await tenancy.plan_generically(conn)
                 kept = await queries.extend_leases(conn, held, lease_seconds, batch.span)
         except Exception as exc:
             dependency = outages.unavailable(exc)
