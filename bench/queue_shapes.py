@@ -21,13 +21,14 @@ delivery's life — queued by the fan-out, claimed, its outcome recorded:
   its final state, beside the attempt row. Every reader of a queued delivery would read the
   queue table: the most invasive shape, measured for what it is worth.
 
-Each round writes `--deliveries` email deliveries for as many recipients in fan-out batches of
-500 (`INSERT … SELECT`), then drains them with claims of `--batch` and one outcome statement per
-claim, on one connection. Printed per shape: the fan-out's and the drain's PostgreSQL CPU per
-delivery (the backend's user + system time) and the drain's rows/s, beside the anchor claim loop
-(../shared/anchors/claim_loop.py) over as many rows in the same run. The shapes alternate round
-by round. Uses HERALD_BENCH_DATABASE_URL (a server; the bench creates and drops its own
-database), else the embedded PostgreSQL under .herald/bench. Never part of the test run.
+Each round writes `--deliveries` email deliveries for as many recipients in fan-out batches of 500
+(`INSERT … SELECT`), then drains them with claims of `--batch` and one outcome statement per claim,
+on one connection, prepared and under their generic plans as the worker runs them. Printed per
+shape: the fan-out's and the drain's PostgreSQL CPU per delivery (the backend's user + system time)
+and the drain's rows/s, beside the anchor claim loop (../shared/anchors/claim_loop.py) over as many
+rows in the same run. The shapes alternate round by round. Uses HERALD_BENCH_DATABASE_URL (a
+server; the bench creates and drops its own database), else the embedded PostgreSQL under
+.herald/bench. Never part of the test run.
 """
 
 from __future__ import annotations
@@ -305,6 +306,9 @@ def run_shape(
         conn.execute(fanout_sql, {"event": event_id, "after": after, "until": after + FANOUT_BATCH})
     fan_cpu, fan_wall = backend_cpu(conn) - cpu0, time.perf_counter() - wall0
     conn.execute("VACUUM ANALYZE bench_queue" if shape != "today" else f"ANALYZE {D}")
+    # As the worker runs its batches (docs/scaling.md §2.9): the prepared claim and outcome
+    # under their generic plans, never planned again for each batch's values.
+    conn.execute("SET plan_cache_mode = force_generic_plan")
     done = 0
     cpu0, wall0 = backend_cpu(conn), time.perf_counter()
     claim_cpu = 0.0
@@ -332,6 +336,7 @@ def run_shape(
         assert written == len(claimed), (shape, written, len(claimed))
         done += written
     drain_cpu, drain_wall = backend_cpu(conn) - cpu0, time.perf_counter() - wall0
+    conn.execute("RESET plan_cache_mode")
     assert done == n, (shape, done, n)
     sent = conn.execute(
         f"SELECT count(*) FROM {D} WHERE status = 'sent' AND event_id = %s", (event_id,)
