@@ -7,6 +7,8 @@ import email.policy
 from email.message import EmailMessage
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from herald.channels import email as herald_email
 from herald.channels.base import Message
@@ -63,6 +65,19 @@ def test_mask_email(address: str | None, masked: str) -> None:
 def test_mask_never_shows_the_local_part_length() -> None:
     """R-PROVIDER-12: the mask is the same width for every local part."""
     assert herald_email.mask_email("a@x.org") == herald_email.mask_email("abcdefghijkl@x.org")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=40))
+def test_mask_keeps_exactly_the_printable_non_space_characters_of_the_domain(domain: str) -> None:
+    """R-PROVIDER-12: whatever the domain holds (Unicode spaces, controls, line breaks), the mask
+    shows only its printable, non-space characters; the usual domain's fast path may not differ."""
+    assume("@" not in domain)  # the last @ separates the domain: test_mask_email
+    address = f"jane@{domain}"
+    lowered = address.strip().lower().rpartition("@")[2]
+    kept = "".join(ch for ch in lowered if ch.isprintable() and not ch.isspace())
+    expected = f"j●●●@{kept[: herald_email.MAX_ADDRESS_LENGTH]}" if kept else "●●●"
+    assert herald_email.mask_email(address) == expected
 
 
 # --- error table ------------------------------------------------------------------------------
@@ -167,6 +182,31 @@ def test_build_round_trips_through_bytes() -> None:
     plain = parsed.get_body(("plain",))
     assert isinstance(plain, EmailMessage)
     assert "तपाईंको कोड 123456 हो" in plain.get_content()
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        # Found by test_render_properties: Python's folder cut the encoded word it was
+        # extending across a fold and encoded its tail again (`…D7` + `=?utf-8?b?Q29BPT0/…`).
+        '<script>alert(1)</script><script>alert(1)</script><img src=x onerror="alert(1)">'
+        "<script>alert(1)</script>\xa0 ¡",
+        "Réunion des parents " * 8,
+        "A" * 70 + " é " + "B" * 70,
+        "=?utf-8?b?QQ==?= is shown as written",  # ASCII that looks like an encoded word
+    ],
+)
+@pytest.mark.parametrize("policy", [email.policy.SMTP, email.policy.SMTPUTF8])
+def test_subject_reaches_the_wire_exactly_as_built(title: str, policy: email.policy.Policy) -> None:
+    """The Subject the SMTP transport writes (aiosmtplib flattens with the SMTP policy, or
+    SMTPUTF8 when the server offers it) decodes back to exactly the built subject: no encoded
+    word cut by a fold, nothing decoded that was text, and no line longer than 78."""
+    built = herald_email.build_email(_message(title=title), SETTINGS)
+    raw = built.as_mime().as_bytes(policy=policy)
+    header_block = raw.split(b"\r\n\r\n", 1)[0]
+    assert all(len(line) <= 78 for line in header_block.split(b"\r\n"))
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert parsed["Subject"] == built.subject
 
 
 def test_values_arrive_escaped_and_are_never_unescaped() -> None:
