@@ -143,7 +143,10 @@ def _metrics_endpoint(settings: Settings) -> Iterator[None]:
 
 def _run(main: Coroutine[Any, Any, T], *, fast_loop: bool = False) -> T:
     """Run `main` to completion; `fast_loop`: on uvloop's event loop when it is installed (the
-    API, where the loop's own cost is part of every request's)."""
+    API, where the loop's own cost is part of every request's, and the worker and the
+    scheduler, whose batches make a dozen round trips each: psycopg's wait on every one of them
+    registers and unregisters a reader with the loop, and on the standard loop that was a
+    tenth of a worker's CPU a delivery; docs/scaling.md §2.10)."""
     with _reported_errors():
         try:
             with asyncio.Runner(loop_factory=_loop_factory() if fast_loop else None) as runner:
@@ -250,7 +253,7 @@ def worker(
     settings = _settings()
     _configure_logging(settings, "worker")
     with _metrics_endpoint(settings):
-        _run(_work(settings, tenant, fanout=fanout, channels=channels))
+        _run(_work(settings, tenant, fanout=fanout, channels=channels), fast_loop=True)
 
 
 async def _work(
@@ -290,7 +293,7 @@ def scheduler() -> None:
     settings = _settings()
     _configure_logging(settings, "scheduler")
     with _metrics_endpoint(settings):
-        _run(_schedule(settings))
+        _run(_schedule(settings), fast_loop=True)
 
 
 async def _schedule(settings: Settings) -> None:
