@@ -28,7 +28,7 @@ import pytest
 
 from herald.db import migrate
 from herald.db.engine import libpq_url, make_async_engine
-from herald.delivery.worker import BATCH_LIMIT, LOOPS_PER_CHANNEL
+from herald.delivery.worker import BATCH_LIMIT, loops_of
 from herald.kinds.sample import SAMPLE_REGISTRY
 from herald.sending.service import SendInput, asend
 from tests import seed
@@ -161,7 +161,7 @@ async def test_failover_under_load_loses_nothing_and_answers_503_not_500(
     - no inbox row doubled: one recipient row and one in-app delivery per person;
     - an email reached the provider twice only if its lease was reclaimed (the worker held it at
       the switch and could not record its outcome in time), and never more deliveries than one
-      worker holds at once (LOOPS_PER_CHANNEL batches of BATCH_LIMIT) — the provider window;
+      worker holds at once (its email loops' batches of BATCH_LIMIT) — the provider window;
     - the API answered only 200 or 503 DATABASE_UNAVAILABLE (Herald's error envelope, with
       Retry-After) — never a 500, never a dropped connection — and answers 200 again after the
       switch, from the same process; worker and API exit cleanly afterwards.
@@ -322,7 +322,7 @@ async def test_failover_under_load_loses_nothing_and_answers_503_not_500(
             # its lease was reclaimed (else the promoted node lost acknowledged commits: the
             # monitor's events say how the switch went)
             assert by_id[public_id][1] >= 1, (public_id, n, cluster.events())
-        held_at_once = LOOPS_PER_CHANNEL * BATCH_LIMIT["email"]
+        held_at_once = loops_of("email") * BATCH_LIMIT["email"]
         assert len(duplicated) <= held_at_once, len(duplicated)
 
         # -- the figures (written before the API is judged, so a failure still reports them)

@@ -27,7 +27,7 @@ from herald.channels.providers import (
 from herald.config import Settings
 from herald.db.engine import libpq_url
 from herald.delivery.queries import DELIVERY_CHANNEL
-from herald.delivery.worker import CONCURRENCY, LOOPS_PER_CHANNEL, deliver_batch
+from herald.delivery.worker import CONCURRENCY, deliver_batch, loops_of
 from herald.digests import service as digests
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
@@ -135,7 +135,7 @@ async def run_worker(
                     ),
                     name=f"herald-{channel}-{n}",
                 )
-                for n in range(LOOPS_PER_CHANNEL)
+                for n in range(loops_of(channel))
             )
     webhook_client = webhooks.build_client(settings) if channels else None
     if webhook_client is not None:
