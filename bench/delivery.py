@@ -50,7 +50,7 @@ from tests import history  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402
 
 from herald.channels.base import Message, ProviderOutcome  # noqa: E402
-from herald.cli import _loop_factory  # noqa: E402
+from herald.cli import fast_loop_factory  # noqa: E402
 from herald.config import Settings  # noqa: E402
 from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
@@ -425,7 +425,7 @@ def main() -> None:
             seed_queue(dsn, n, tied=tied)
             cpu = time.process_time()
             # On the event loop `herald worker` runs on (uvloop where it is installed).
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
                 herald_rate = n / runner.run(herald_path(url, n))
             herald_cpu = (time.process_time() - cpu) / n * 1e6
             anchor_rate = anchor(dsn, n, tied=tied)

@@ -149,14 +149,16 @@ def _run(main: Coroutine[Any, Any, T], *, fast_loop: bool = False) -> T:
     tenth of a worker's CPU a delivery; docs/scaling.md §2.10)."""
     with _reported_errors():
         try:
-            with asyncio.Runner(loop_factory=_loop_factory() if fast_loop else None) as runner:
+            with asyncio.Runner(loop_factory=fast_loop_factory() if fast_loop else None) as runner:
                 return runner.run(main)
         except asyncio.CancelledError:
             # A second Ctrl-C cancelled the graceful stop.
             raise typer.Exit(130) from None
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def fast_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop factory, or None (the standard loop) where it is not installed: the
+    loop `herald api`, `herald worker` and `herald scheduler` run on (benches use it too)."""
     try:
         import uvloop
     except ImportError:  # not installed (Windows): the standard loop

@@ -38,7 +38,7 @@ def test_each_long_lived_role_runs_on_the_fast_event_loop(
 def test_the_fast_event_loop_is_uvloops() -> None:
     import uvloop
 
-    factory = cli._loop_factory()
+    factory = cli.fast_loop_factory()
     assert factory is not None
     with asyncio.Runner(loop_factory=factory) as runner:
         assert isinstance(runner.get_loop(), uvloop.Loop)

@@ -432,12 +432,13 @@ def _overrides(
 # 1.80, and the broadcast completed 8 % sooner on 3 % less CPU (docs/scaling.md §2.10). Four —
 # a second senders process on the same two cores — made it slower: each loop's claim walks
 # past the rows the others hold (§9.4).
-LOOPS_PER_CHANNEL = {"email": 3, "push": 3, "sms": 2, "telegram": 2}
+LOOPS_PER_CHANNEL = {"email": 3, "push": 3}
+DEFAULT_LOOPS = 2  # SMS and Telegram: small batches behind slow, rate-limited providers
 
 
 def loops_of(channel: str) -> int:
     """How many batch loops a worker runs for `channel`."""
-    return LOOPS_PER_CHANNEL.get(channel, 2)
+    return LOOPS_PER_CHANNEL.get(channel, DEFAULT_LOOPS)
 
 
 async def drain_channel(
