@@ -218,6 +218,42 @@ async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespa
             await conn.commit()
         return await cur.fetchall()
 
+    # One statement, one round trip, no BEGIN or COMMIT: a PL/pgSQL function (created in this
+    # bench's database only) that runs the liveness check — whose set_config columns switch the
+    # role and enter the tenant for the rest of the statement's own implicit transaction — and
+    # then the list as herald_app under row-level security, with the person and role it found.
+    f_lookup = Prepared("unused_lookup", lookup)
+    f_list = Prepared("unused_list", listing)
+    names = {"tenant_id": "p_tenant", "role_code": "p_role", "external_id": "p_subject",
+             "person_id": "v_person", "role_id": "v_role", "limit": "p_limit"}  # fmt: skip
+
+    def by_name(prepared: Prepared) -> str:
+        def name(m: re.Match[str]) -> str:
+            key = prepared.order[int(m.group(1)) - 1]
+            return names.get(key, str(prepared.defaults[key]))
+
+        return re.sub(r"\$(\d+)(::\w+)?(?!\d)", name, prepared.sql)
+
+    await conn.set_autocommit(True)
+    await conn.execute(
+        "CREATE OR REPLACE FUNCTION bench_inbox_page(p_tenant text, p_subject text, p_role text, "
+        "p_limit int) RETURNS TABLE (id bigint, occurred_at timestamptz, item text) "
+        "LANGUAGE plpgsql AS $fn$\n#variable_conflict use_column\nDECLARE found_actor record; "
+        "v_person bigint; v_role bigint;\nBEGIN\n"
+        f"SELECT * INTO found_actor FROM ({by_name(f_lookup)}) AS actor;\n"
+        "IF NOT FOUND THEN RETURN; END IF;\n"
+        "v_person := found_actor.id; v_role := found_actor.role_id;\n"
+        f"RETURN QUERY {by_name(f_list)};\nEND\n$fn$".replace("%", "%%")
+    )
+
+    async def function_one(i: int) -> list[Any]:
+        claim = claims[i % len(claims)]
+        cur = await conn.execute(
+            "SELECT * FROM bench_inbox_page(%s, %s, %s, %s)",
+            (claim.tenant_id, claim.subject, None, 21),
+        )
+        return await cur.fetchall()
+
     # The rewritten list must return the route's page for every person, or its figures mean
     # nothing.
     for i in range(len(claims)):
@@ -228,7 +264,9 @@ async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespa
         piped = await pipeline_ids(i)
         await conn.set_autocommit(True)
         executed = await execute_ids(i)
+        called = await function_one(i)
         assert [row.item for row in want] == [r[2] for r in executed] == [r[2] for r in piped], i
+        assert [row.item for row in want] == [r[2] for r in called], i
     print(
         f"the list reading its ids from settings returns the route's page for {len(claims)} people"
     )
@@ -242,6 +280,7 @@ async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespa
         ("EXECUTE, two messages", execute_two, True),
         ("pipeline, one sync, ids from settings", pipeline_ids, False),
         ("EXECUTE, one message, ids from settings", execute_ids, True),
+        ("function, one round trip, no BEGIN/COMMIT", function_one, True),
     ]
     n = args.transactions
     print(f"per list transaction, {n} transactions a run (client = this process):")

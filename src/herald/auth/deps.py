@@ -172,14 +172,22 @@ async def current_actor(request: Request, credentials: JwtCredential) -> auth.Ac
     async with all_tenants_transaction(request) as conn:
         actor = await auth.authenticate_actor(conn, app_state.settings, token)
     remember_tenant(request, actor.tenant_id)
+    await enforce_person_limit(request, actor.tenant_id, actor.external_id)
+    return actor
+
+
+async def enforce_person_limit(request: Request, tenant_id: str, subject: str) -> None:
+    """One hit of the person's limit (R-SEC-14), shared by every /v1/me route: keyed by the
+    person's external id in the tenant (the token's subject), so the inbox's routes can count it
+    before they touch the database."""
+    app_state = state(request)
     await enforce(
         app_state.rate_limits,
         parse_limit(app_state.settings.rate_limit_per_person),
         "person",
-        actor.tenant_id,
-        str(actor.person_id),
+        tenant_id,
+        subject,
     )
-    return actor
 
 
 ActorDep = Annotated[auth.Actor, Depends(current_actor)]
@@ -200,22 +208,18 @@ ActorClaimsDep = Annotated[auth.ActorClaims, Depends(actor_claims)]
 async def actor_transaction(
     request: Request, claims: auth.ActorClaims
 ) -> AsyncIterator[tuple[Driver, auth.Actor]]:
-    """`current_actor` and `transaction` in one transaction and one statement fewer: the person
-    and role liveness check is the statement that enters the tenant (auth.live_actor), then the
-    per-person rate limit (R-SEC-14), then the route's own statements under row-level security.
-    Two round trips fewer than the two transactions apart (a BEGIN and a COMMIT), and one pool
-    checkout instead of two. The transaction is the pooled connection's own psycopg one
-    (db.engine.driver_transaction): every statement of these routes runs on psycopg's cursor."""
+    """`current_actor` and `transaction` in one transaction and one statement fewer: the
+    per-person rate limit (R-SEC-14), then the person and role liveness check as the statement
+    that enters the tenant (auth.live_actor), then the route's own statements under row-level
+    security. Two round trips fewer than the two transactions apart (a BEGIN and a COMMIT), and
+    one pool checkout instead of two. The transaction is the pooled connection's own psycopg one
+    (db.engine.driver_transaction): every statement of these routes runs on psycopg's cursor.
+    The limit comes first, as in herald.centre.fast's one-statement path, which cannot count it
+    between the two statements: a person over the limit costs no database work."""
     app_state = state(request)
+    await enforce_person_limit(request, claims.tenant_id, claims.subject)
     async with driver_transaction(app_state.engine) as conn:
         actor = await auth.live_actor(conn, claims, enter_tenant=True)
-        await enforce(
-            app_state.rate_limits,
-            parse_limit(app_state.settings.rate_limit_per_person),
-            "person",
-            actor.tenant_id,
-            str(actor.person_id),
-        )
         yield conn, actor
 
 

@@ -23,9 +23,10 @@ not, with the fast routes and without, and requires the same status, body and he
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
+from uuid import UUID
 
 from fastapi import FastAPI
 from fastapi.responses import Response
@@ -39,12 +40,18 @@ from typing_extensions import override
 from herald.auth import service as auth
 from herald.auth.deps import (
     CURSOR_PATTERN,
+    JSON,
     MAX_LIMIT,
     bearer_credential,
+    enforce_person_limit,
+    json_response,
     remember_tenant,
     state,
 )
-from herald.centre import routes, service
+from herald.centre import functions, routes, service
+from herald.centre.queries import PageRow
+from herald.centre.schemas import ReadAllResult, ReadReceipt
+from herald.errors import NotificationNotFound, Unauthenticated
 
 PREFIX = routes.router.prefix
 # What FastAPI's validation of the list's parameters accepts and reads the same way as this
@@ -160,6 +167,26 @@ async def _claims(request: Request) -> auth.ActorClaims:
     return claims
 
 
+async def _one_statement(
+    request: Request,
+    claims: auth.ActorClaims,
+    function: functions.RouteFunction,
+    values: dict[str, Any],
+) -> Sequence[tuple[Any, ...]] | None:
+    """The route's rows from its one-statement function (herald.centre.functions), after the
+    person's rate limit; None when the functions cannot be created here (the caller then answers
+    through the four-trip transaction, which counts the limit itself). An unknown or deleted
+    person is refused exactly as auth.live_actor refuses one."""
+    engine = state(request).engine
+    if not await functions.ensure(engine):
+        return None
+    await enforce_person_limit(request, claims.tenant_id, claims.subject)
+    answer = await functions.call(engine, function, claims, values)
+    if answer is None:
+        raise Unauthenticated("unknown person")
+    return answer.rows
+
+
 async def _list(request: Request, query: dict[str, Any]) -> Response:
     claims = await _claims(request)
     params = service.parse_list_params(
@@ -168,21 +195,49 @@ async def _list(request: Request, query: dict[str, Any]) -> Response:
         unread_only=query.get("unreadOnly"),
         pagination=None,
     )
-    return await routes.list_answer(request, claims, params)
+    # One row more than the page says whether another page follows (service.list_notifications).
+    values: dict[str, Any] = {"limit": params.limit + 1}
+    if params.after is not None:
+        values["after_at"], values["after_id"] = params.after
+    function = functions.LIST[(params.after is not None, params.unread_only)]
+    rows = await _one_statement(request, claims, function, values)
+    if rows is None:
+        return await routes.list_answer(request, claims, params)
+    read = [PageRow(recipient_id=row[0], occurred_at=row[1], item=row[2]) for row in rows]
+    page, next_cursor = service.page_of(read, params.limit)
+    return Response(service.page_json(page, next_cursor), media_type=JSON)
 
 
 async def _unread_count(request: Request, _: dict[str, Any]) -> Response:
-    return await routes.unread_count_answer(request, await _claims(request))
+    claims = await _claims(request)
+    rows = await _one_statement(request, claims, functions.UNREAD_COUNT, {})
+    if rows is None:
+        return await routes.unread_count_answer(request, claims)
+    return json_response(service.unread_of(int(rows[0][0])))
 
 
 async def _mark_all_read(request: Request, _: dict[str, Any]) -> Response:
-    return await routes.mark_all_read_answer(request, await _claims(request))
+    claims = await _claims(request)
+    rows = await _one_statement(request, claims, functions.MARK_ALL_READ, {})
+    if rows is None:
+        return await routes.mark_all_read_answer(request, claims)
+    return json_response(ReadAllResult(updated=int(rows[0][0])))
 
 
 async def _mark_read(request: Request, _: dict[str, Any]) -> Response:
     claims = await _claims(request)
     notification_id = request.scope["path_params"]["notification_id"]
-    return await routes.mark_read_answer(request, claims, notification_id)
+    try:
+        public_id = UUID(notification_id)
+    except ValueError:
+        # Not an id at all: the FastAPI route's answer (the liveness check, then 404).
+        return await routes.mark_read_answer(request, claims, notification_id)
+    rows = await _one_statement(request, claims, functions.MARK_READ, {"public_id": public_id})
+    if rows is None:
+        return await routes.mark_read_answer(request, claims, notification_id)
+    if not rows:
+        raise NotificationNotFound()  # absent, someone else's or outside the role alike
+    return json_response(ReadReceipt(id=rows[0][0], read_at=rows[0][1]))
 
 
 def fast_routes() -> list[FastRoute]:

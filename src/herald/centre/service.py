@@ -126,7 +126,12 @@ async def list_notifications(
         after=params.after,
         unread_only=params.unread_only,
     )
-    page, more = rows[: params.limit], len(rows) > params.limit
+    return page_of(rows, params.limit)
+
+
+def page_of(rows: list[queries.PageRow], limit: int) -> tuple[list[queries.PageRow], str | None]:
+    """The page of `limit` items out of the `limit + 1` rows read, and the next page's cursor."""
+    page, more = rows[:limit], len(rows) > limit
     next_cursor = encode_cursor(page[-1].occurred_at, page[-1].recipient_id) if more else None
     return page, next_cursor
 
@@ -139,7 +144,10 @@ def page_json(page: list[queries.PageRow], next_cursor: str | None) -> bytes:
 
 
 async def unread_count(conn: AsyncConnection | Driver, actor: Actor) -> UnreadCount:
-    count = await queries.count_unread(conn, actor)
+    return unread_of(await queries.count_unread(conn, actor))
+
+
+def unread_of(count: int) -> UnreadCount:
     return UnreadCount(count=count, capped=count >= queries.UNREAD_COUNT_CAP)
 
 

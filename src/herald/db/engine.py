@@ -214,6 +214,34 @@ async def driver_transaction(engine: AsyncEngine) -> AsyncIterator[Driver]:
             await greenlet_spawn(fairy.close)
 
 
+@asynccontextmanager
+async def driver_statement(engine: AsyncEngine) -> AsyncIterator[Driver]:
+    """A pooled connection's own psycopg connection in autocommit, for a block that sends one
+    statement: the statement is its own transaction, with no BEGIN or COMMIT round trip
+    (herald.centre.functions). The connection goes back to the pool as it came (not in
+    autocommit); one that broke is invalidated as driver_transaction does."""
+    fairy = await engine.raw_connection()
+    driver: Driver = fairy.driver_connection  # type: ignore[assignment]
+    invalidated = False
+    try:
+        await driver.set_autocommit(True)
+        yield driver
+    except BaseException as exc:
+        if driver.broken or driver.closed or not await _rolled_back(driver):
+            await greenlet_spawn(engine.sync_engine.pool._invalidate, fairy, exc)
+            invalidated = True
+        raise
+    finally:
+        if not invalidated:
+            try:
+                await driver.set_autocommit(False)
+            except psycopg.Error as exc:
+                await greenlet_spawn(engine.sync_engine.pool._invalidate, fairy, exc)
+                invalidated = True
+        if not invalidated:
+            await greenlet_spawn(fairy.close)
+
+
 async def _rolled_back(driver: Driver) -> bool:
     if driver.broken or driver.closed:
         return False
