@@ -1,5 +1,6 @@
 """What one inbox list transaction costs the client process and the PostgreSQL backend, sent in
-eight ways: the route's own, and seven ways of sending the same statements in fewer messages.
+nine ways: the FastAPI route's own, and eight ways of sending the same statements in fewer
+messages, the last of them what the fast routes send (herald.centre.functions).
 
     .venv/bin/python bench/round_trips.py [--transactions 3000] [--rounds 2]
 
@@ -11,7 +12,7 @@ in-app rows per person; every way runs `--transactions` transactions after a war
 `--rounds` rounds in turn, and prints the client's CPU (this process), the backend's CPU (from
 /proc, the same machine) and the wall time, each per transaction:
 
-  - route: what the route does today, four round trips on psycopg's prepared statements;
+  - route: the FastAPI route's transaction, four round trips on psycopg's prepared statements;
   - pipeline, one sync: psycopg's pipeline mode, everything in one round trip (the route could
     not do this: the list binds the person and role ids the liveness check returns);
   - pipeline, two syncs: BEGIN + liveness, then list + COMMIT;
@@ -19,6 +20,8 @@ in-app rows per person; every way runs `--transactions` transactions after a war
   - EXECUTE, one message: the statements PREPAREd once on the connection, then one message of
     BEGIN; EXECUTE …; EXECUTE …; COMMIT with the values inlined (the same list-binds caveat);
   - EXECUTE, two messages: BEGIN + EXECUTE liveness, then EXECUTE list + COMMIT;
+  - function: the list's function of herald.centre.functions, one statement in autocommit (no
+    BEGIN or COMMIT), what the fast routes send since 2026-12-04;
   - the two one-message ways again with the list rewritten so that it could follow the liveness
     check unseen: the check also sets herald.person_id and herald.role_id (set_config, local),
     and the list reads them (`NULLIF(current_setting(…), '')::BIGINT`) instead of binding them;
@@ -53,6 +56,7 @@ from tests.conftest import drop_database  # noqa: E402
 from bench import api as B  # noqa: E402
 from herald.auth import queries as auth_queries  # noqa: E402
 from herald.auth.service import ActorClaims, live_actor  # noqa: E402
+from herald.centre import functions  # noqa: E402
 from herald.centre import queries as centre_queries  # noqa: E402
 from herald.db import migrate  # noqa: E402
 from herald.db.compiled import Compiled  # noqa: E402
@@ -218,41 +222,23 @@ async def run(url: str, tenant: str, subjects: list[str], args: argparse.Namespa
             await conn.commit()
         return await cur.fetchall()
 
-    # One statement, one round trip, no BEGIN or COMMIT: a PL/pgSQL function (created in this
-    # bench's database only) that runs the liveness check — whose set_config columns switch the
-    # role and enter the tenant for the rest of the statement's own implicit transaction — and
-    # then the list as herald_app under row-level security, with the person and role it found.
-    f_lookup = Prepared("unused_lookup", lookup)
-    f_list = Prepared("unused_list", listing)
-    names = {"tenant_id": "p_tenant", "role_code": "p_role", "external_id": "p_subject",
-             "person_id": "v_person", "role_id": "v_role", "limit": "p_limit"}  # fmt: skip
-
-    def by_name(prepared: Prepared) -> str:
-        def name(m: re.Match[str]) -> str:
-            key = prepared.order[int(m.group(1)) - 1]
-            return names.get(key, str(prepared.defaults[key]))
-
-        return re.sub(r"\$(\d+)(::\w+)?(?!\d)", name, prepared.sql)
-
+    # What the fast routes send since herald.centre.functions: one statement, one round trip,
+    # no BEGIN or COMMIT (the list's function, created here as the routes' first request would).
     await conn.set_autocommit(True)
-    await conn.execute(
-        "CREATE OR REPLACE FUNCTION bench_inbox_page(p_tenant text, p_subject text, p_role text, "
-        "p_limit int) RETURNS TABLE (id bigint, occurred_at timestamptz, item text) "
-        "LANGUAGE plpgsql AS $fn$\n#variable_conflict use_column\nDECLARE found_actor record; "
-        "v_person bigint; v_role bigint;\nBEGIN\n"
-        f"SELECT * INTO found_actor FROM ({by_name(f_lookup)}) AS actor;\n"
-        "IF NOT FOUND THEN RETURN; END IF;\n"
-        "v_person := found_actor.id; v_role := found_actor.role_id;\n"
-        f"RETURN QUERY {by_name(f_list)};\nEND\n$fn$".replace("%", "%%")
-    )
+    listed = functions.LIST[(False, False)]
+    exists = await conn.execute("SELECT 1 FROM pg_proc WHERE proname = %s", (listed.name,))
+    if await exists.fetchone() is None:
+        for statement in listed.create_sql():
+            await conn.execute(statement.encode())
 
     async def function_one(i: int) -> list[Any]:
         claim = claims[i % len(claims)]
         cur = await conn.execute(
-            "SELECT * FROM bench_inbox_page(%s, %s, %s, %s)",
-            (claim.tenant_id, claim.subject, None, 21),
+            listed.call_sql,
+            {"tenant_id": claim.tenant_id, "external_id": claim.subject, "role_code": None}
+            | {"limit": 21},
         )
-        return await cur.fetchall()
+        return [row[4:] for row in (await cur.fetchall())[1:]]
 
     # The rewritten list must return the route's page for every person, or its figures mean
     # nothing.

@@ -10,10 +10,13 @@ request is known in advance.
 
 So each route has a `FastRoute` ahead of every other route in the app's route table. It matches
 only a request of that plain shape (`matches` reads the method, the path and the query string)
-and answers it with the same answer functions the FastAPI endpoint calls (herald.centre.routes'
-`*_answer`); any other request — a query parameter written another way, repeated,
-empty or out of range — does not match it, and routing goes on to the FastAPI route, which
-validates and answers exactly as before. The FastAPI routes stay the published contract (they
+and answers it with one statement: the route's function (herald.centre.functions), which runs the
+liveness check and the route's own statement — the same statement objects the FastAPI endpoint
+runs in its four-trip transaction — in one round trip. Where the functions cannot be created, a
+fast route answers with the FastAPI endpoint's own answer functions (herald.centre.routes'
+`*_answer`). Any other request — a query parameter written another way, repeated, empty or out
+of range — does not match it, and routing goes on to the FastAPI route, which validates and
+answers exactly as before. The FastAPI routes stay the published contract (they
 generate the OpenAPI document) and the answer to everything unusual; a fast route is an ASGI app
 inside the same middleware and exception handlers, so an error it raises is answered by the same
 handler. tests/integration/test_centre_fast.py sends each route a corpus of requests, plain and
