@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, Query, Request, Security
 from fastapi.responses import Response
@@ -179,14 +180,15 @@ async def current_actor(request: Request, credentials: JwtCredential) -> auth.Ac
 async def enforce_person_limit(request: Request, tenant_id: str, subject: str) -> None:
     """One hit of the person's limit (R-SEC-14), shared by every /v1/me route: keyed by the
     person's external id in the tenant (the token's subject), so the inbox's routes can count it
-    before they touch the database."""
+    before they touch the database. Both are quoted: the limiter joins its key's parts with "/",
+    and an external id may contain one (tenant "a", person "b/c" must not share "a/b"'s "c")."""
     app_state = state(request)
     await enforce(
         app_state.rate_limits,
         parse_limit(app_state.settings.rate_limit_per_person),
         "person",
-        tenant_id,
-        subject,
+        quote(tenant_id, safe=""),
+        quote(subject, safe=""),
     )
 
 
