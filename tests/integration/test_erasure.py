@@ -3,12 +3,13 @@ notification records with an orphaned id and nothing personal."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import pytest
 from httpx import AsyncClient
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.db import schema as s
@@ -317,3 +318,33 @@ async def test_erasure_scrubs_variables_of_events_addressed_to_them_alone(
     for group, expected in (("mine", {}), ("shared", variables), ("foreign", variables)):
         found = await rows(engine, s.notification_event, s.notification_event.c.id, ids[group])
         assert [r.variables for r in found] == [expected] * len(ids[group]), group
+
+
+async def test_an_erasure_chosen_to_break_a_deadlock_is_run_again(
+    client: AsyncClient, engine: AsyncEngine, tenant: str, auth: Headers
+) -> None:
+    """A worker recording an outcome holds a delivery row of the person and then wants a row the
+    erasure holds: PostgreSQL breaks the cycle by rolling one of them back. When it is the
+    erasure, the erasure runs again once the other has finished, and answers 200 — not the 503
+    DATABASE_UNAVAILABLE a deadlock used to become.
+
+    Staged with a second connection in the worker's place: it locks one of the person's
+    deliveries, the erasure (having locked the person) waits for that row, then the connection
+    asks for the person's row. Its deadlock_timeout is long, so the erasure's backend, at the
+    server's default of one second, is the one that finds the cycle and is rolled back."""
+    who, _, delivery_ids = await person_with_history(engine, tenant, "g-1")
+    async with engine.connect() as other:
+        await other.execute(text("SET deadlock_timeout = '20s'"))
+        await other.execute(
+            s.notification_delivery.update()
+            .where(s.notification_delivery.c.id == delivery_ids[0])
+            .values(last_error=None)
+        )
+        erasure = asyncio.create_task(client.post("/v1/people/g-1/erase", headers=auth))
+        await asyncio.sleep(0.5)  # the erasure holds the person and waits for the delivery
+        assert not erasure.done()
+        await other.execute(select(s.person.c.id).where(s.person.c.id == who.id).with_for_update())
+        await other.commit()
+        answer = await erasure
+    assert answer.status_code == 200, answer.text
+    assert await count_for(engine, s.person, s.person.c.id, who.id) == 0

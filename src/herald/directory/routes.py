@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request, Response
 
 from herald.auth.deps import DirectoryWriter, transaction
+from herald.db import conflicts
 from herald.directory import service
 from herald.directory.schemas import (
     ROLE_CODE_PATTERN,
@@ -92,8 +93,14 @@ async def erase_person(
 ) -> PersonErased:
     """Hard-delete a person on a genuine erasure request: their notification records stay with an
     orphaned id and no personal data; 404 PERSON_NOT_FOUND when the tenant has none."""
-    async with transaction(request) as conn:
-        erased = await service.erase_person(conn, caller.tenant_id, external_id)
+
+    async def erase() -> service.Erasure:
+        async with transaction(request) as conn:
+            return await service.erase_person(conn, caller.tenant_id, external_id)
+
+    # The erasure rewrites every delivery of the person, which a worker may be recording at the
+    # same moment: a deadlock between the two rolls one back, and the erasure is run again.
+    erased = await conflicts.retrying(erase, what="erasure")
     return PersonErased(
         id=erased.id,
         recipients_kept=erased.recipients_kept,
