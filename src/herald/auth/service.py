@@ -323,6 +323,10 @@ async def verify_actor_token(settings: Settings, token: str) -> ActorClaims:
     )
 
 
+# What a verified token whose person is unknown or deleted is answered (401).
+UNKNOWN_PERSON = "unknown person"
+
+
 async def live_actor(
     conn: AsyncConnection | Driver, claims: ActorClaims, *, enter_tenant: bool = False
 ) -> Actor:
@@ -333,7 +337,7 @@ async def live_actor(
     )
     if found is None:
         # A deleted or unknown person holds no session here.
-        raise Unauthenticated("unknown person")
+        raise Unauthenticated(UNKNOWN_PERSON)
     person_id, role_id, scope_kind, holds = found
     return Actor(
         tenant_id=claims.tenant_id,

@@ -26,7 +26,7 @@ not, with the fast routes and without, and requires the same status, body and he
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 from uuid import UUID
@@ -54,7 +54,7 @@ from herald.auth.deps import (
 from herald.centre import functions, routes, service
 from herald.centre.queries import PageRow
 from herald.centre.schemas import ReadAllResult, ReadReceipt
-from herald.errors import NotificationNotFound, Unauthenticated
+from herald.errors import NotificationNotFound
 
 PREFIX = routes.router.prefix
 # What FastAPI's validation of the list's parameters accepts and reads the same way as this
@@ -175,19 +175,15 @@ async def _one_statement(
     claims: auth.ActorClaims,
     function: functions.RouteFunction,
     values: dict[str, Any],
-) -> Sequence[tuple[Any, ...]] | None:
+) -> list[tuple[Any, ...]] | None:
     """The route's rows from its one-statement function (herald.centre.functions), after the
     person's rate limit; None when the functions cannot be created here (the caller then answers
-    through the four-trip transaction, which counts the limit itself). An unknown or deleted
-    person is refused exactly as auth.live_actor refuses one."""
+    through the four-trip transaction, which counts the limit itself)."""
     engine = state(request).engine
     if not await functions.ensure(engine):
         return None
     await enforce_person_limit(request, claims.tenant_id, claims.subject)
-    answer = await functions.call(engine, function, claims, values)
-    if answer is None:
-        raise Unauthenticated("unknown person")
-    return answer.rows
+    return await functions.call(engine, function, claims, values)
 
 
 async def _list(request: Request, query: dict[str, Any]) -> Response:

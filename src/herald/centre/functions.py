@@ -15,7 +15,8 @@ objects the FastAPI routes run (so the two ways cannot drift apart), in a body t
      the statement's own transaction to herald_app under the claims' tenant, with the inbox's
      planner settings (tenancy.INBOX_PLANNER_SETTINGS) — exactly as it does in the four-trip
      transaction; no row (an unknown or deleted person) returns no row at all;
-  2. returns one actor row (person id, role id, scope kind, holds), then the route's own rows —
+  2. returns one actor row (person id, role id, scope kind, holds: the person was found), then
+     the route's own rows —
      the route's statement running as herald_app under row-level security, with the person and
      role the lookup found.
 The row-level security, the access predicates (queries._visible) and the plans are the route
@@ -32,7 +33,6 @@ import hashlib
 import logging
 import re
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +41,11 @@ from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.auth import queries as auth_queries
-from herald.auth.service import Actor, ActorClaims
+from herald.auth.service import UNKNOWN_PERSON, ActorClaims
 from herald.centre import queries
 from herald.db.compiled import Compiled
 from herald.db.engine import driver_statement, driver_transaction
+from herald.errors import Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -219,18 +220,11 @@ async def ensure(engine: AsyncEngine) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Answer:
-    """The actor the function found, and the route's rows."""
-
-    actor: Actor
-    rows: Sequence[tuple[Any, ...]]
-
-
 async def call(
     engine: AsyncEngine, function: RouteFunction, claims: ActorClaims, params: dict[str, Any]
-) -> Answer | None:
-    """Run `function` for these claims in one round trip; None for an unknown or deleted person."""
+) -> list[tuple[Any, ...]]:
+    """The route's rows of `function` for these claims, in one round trip. An unknown or deleted
+    person (no actor row) is refused as auth.live_actor refuses one."""
     values = {
         "tenant_id": claims.tenant_id,
         "external_id": claims.subject,
@@ -247,18 +241,9 @@ async def call(
             raise
         rows = await _run(engine, function, values)
     if not rows:
-        return None
-    person_id, role_id, scope_kind, holds = rows[0][:4]
-    actor = Actor(
-        tenant_id=claims.tenant_id,
-        external_id=claims.subject,
-        person_id=person_id,
-        role_code=claims.role_code,
-        role_id=role_id,
-        role_scope_kind=scope_kind,
-        holds_role=bool(holds),
-    )
-    return Answer(actor, [row[4:] for row in rows[1:]])
+        raise Unauthenticated(UNKNOWN_PERSON)
+    # The first row is the actor's (person, role, scope, holds); the route's own rows follow.
+    return [row[len(_ACTOR_COLUMNS) :] for row in rows[1:]]
 
 
 async def _run(
