@@ -416,6 +416,14 @@ class DatabaseUnavailable(ServiceUnavailable):
     code = "DATABASE_UNAVAILABLE"
 
 
+class DatabaseConflict(ServiceUnavailable):
+    """The database rolled this request back to break a lock conflict with concurrent work
+    (a deadlock); nothing was changed. Try again."""
+
+    code = "DATABASE_CONFLICT"
+    retry_after: ClassVar[int] = 1
+
+
 class RedisUnavailable(ServiceUnavailable):
     """Redis (the secret vault and realtime transport) is unavailable; try again shortly."""
 

@@ -24,6 +24,7 @@ from herald.centre import fast
 from herald.config import Settings
 from herald.db import health
 from herald.errors import (
+    DatabaseConflict,
     DatabaseUnavailable,
     HeraldError,
     InternalError,
@@ -35,7 +36,7 @@ from herald.errors import (
     ServiceUnavailable,
 )
 from herald.kinds import Registry
-from herald.observability.http import ObservabilityMiddleware
+from herald.observability.http import ObservabilityMiddleware, route_template
 from herald.ratelimit import RateLimits
 from herald.realtime.hub import RealtimeHub, build_hub
 from herald.runtime import outages
@@ -114,6 +115,17 @@ def create_app(
     # A dependency's outage is a quick 503 with Retry-After in Herald's envelope, logged once per
     # outage and never with a traceback; any other escaped error is a 500 in the same envelope.
     async def dependency_error(request: Request, exc: Exception) -> JSONResponse:
+        if outages.is_conflict(exc):
+            # PostgreSQL chose this request's transaction to break a deadlock with other work
+            # (a worker recording the same rows): rolled back whole, the server up. Not an
+            # outage, and not a bug: the caller is told to run it again.
+            log.warning(
+                "%s %s rolled back to break a lock conflict: %s",
+                request.method,
+                route_template(request.scope),
+                outages.describe(exc),
+            )
+            return unavailable_response(DatabaseConflict())
         dependency = outages.unavailable(exc)
         if dependency is None:
             log.error(

@@ -28,6 +28,7 @@ from herald import vocabulary
 from herald.api import raises
 from herald.auth.deps import BODY_MODEL, BODY_MODELS
 from herald.errors import (
+    DatabaseConflict,
     DatabaseUnavailable,
     HeraldError,
     InternalError,
@@ -51,6 +52,7 @@ codes each of its error statuses can carry. A 503 carries `Retry-After`.
 ALWAYS: tuple[type[HeraldError], ...] = (
     ServiceUnavailable,
     DatabaseUnavailable,
+    DatabaseConflict,
     RedisUnavailable,
     InternalError,
 )

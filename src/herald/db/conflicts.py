@@ -15,8 +15,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import psycopg
-from sqlalchemy.exc import DBAPIError
+from herald.runtime import outages
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +23,10 @@ T = TypeVar("T")
 
 # Tries in all, the first included; a third deadlock in a row is answered as before.
 ATTEMPTS = 3
-_RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
-
-def is_conflict(exc: BaseException) -> bool:
-    """The transaction was rolled back to break a deadlock or a serialization failure."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    return isinstance(cause, _RETRYABLE)
+# PostgreSQL's "transaction rollback" class (deadlock_detected, serialization_failure), followed
+# through SQLAlchemy's wrapper.
+is_conflict = outages.is_conflict
 
 
 async def retrying(run: Callable[[], Awaitable[T]], *, what: str) -> T:

@@ -61,6 +61,24 @@ def unavailable(exc: BaseException) -> str | None:
     return None
 
 
+# SQLSTATE class 40, "transaction rollback": PostgreSQL rolled the transaction back to break a
+# deadlock (40P01) or a serialization failure (40001). The server is up; the work can be run again.
+_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """`exc` (or what it wraps) is a transaction PostgreSQL rolled back to break a lock conflict
+    with other work: not an outage, though psycopg raises it as an OperationalError."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, psycopg.Error) and current.sqlstate in _CONFLICT_SQLSTATES:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _classify(exc: BaseException) -> str | None:
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return REDIS
@@ -95,7 +113,12 @@ class Dependency:
         return self.down_since is not None
 
     def failed(self, exc: BaseException) -> None:
-        """Note a failure; only the first of an outage is logged."""
+        """Note a failure; only the first of an outage is logged. A transaction rolled back to
+        break a lock conflict is no outage (the caller backs off and runs it again as it would
+        for one): one INFO line, and the dependency stays up."""
+        if is_conflict(exc):
+            log.info("%s: %s; running it again", self.name, describe(exc))
+            return
         self.failures += 1
         self.last_reason = describe(exc)
         if self.down_since is not None:
