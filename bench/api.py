@@ -25,7 +25,8 @@ with INSERT … SELECT generate_series (no row leaves Python). Measures at `--co
 and mark-read, each for the heavy people, and prints EXPLAIN (ANALYZE, BUFFERS) of the SQL each
 of them runs, as herald_app under the tenant. `--keep` leaves the seeded database in place (its
 name is printed) and `--reuse NAME` measures it again without seeding (a 10,000,000-row inbox
-takes ~14 minutes to build).
+takes ~14 minutes to build); mark-read's rows are made unread again after each run, so every run
+starts from the same inbox.
 
 Each measured line says where a request's CPU went over the run: the API process(es), every
 PostgreSQL process on the machine, and this load client (user + system time, per request).
@@ -518,7 +519,20 @@ async def small_run(ports: list[int], tokens: list[str], args: argparse.Namespac
         print("  " + figures.line(name))
 
 
-async def large_run(ports: list[int], tokens: list[str], args: argparse.Namespace) -> str:
+def unread_again(url: str, public_ids: list[str]) -> None:
+    """The notifications mark-read was given made unread again, so that a database kept for
+    `--reuse` starts every run from the same inbox (each run marks up to 5,000 read: without
+    this, runs on a kept database find fewer and fewer unread rows to mark, and cheaper unread
+    counts)."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        conn.execute(
+            "UPDATE notification_recipient SET read_at = NULL WHERE public_id = ANY(%s::uuid[])",
+            (public_ids,),
+        )
+        conn.commit()
+
+
+async def large_run(ports: list[int], tokens: list[str], args: argparse.Namespace, url: str) -> str:
     """The heavy people's inbox at concurrency; returns the first person's deep cursor."""
     port = ports[0]
     cursors = await deep_cursors(port, tokens, args.deep)
@@ -575,11 +589,14 @@ async def large_run(ports: list[int], tokens: list[str], args: argparse.Namespac
         f"{args.concurrency} concurrent clients, heavy people ({len(tokens)}), "
         f"each run after {args.warmup} requests not measured:"
     )
-    for name, pick, count in runs:
-        figures = await drive(
-            ports, pick, clients=args.concurrency, requests=count, warmup=args.warmup
-        )
-        print("  " + figures.line(name))
+    try:
+        for name, pick, count in runs:
+            figures = await drive(
+                ports, pick, clients=args.concurrency, requests=count, warmup=args.warmup
+            )
+            print("  " + figures.line(name))
+    finally:
+        await asyncio.to_thread(unread_again, url, list(owners))
     return cursors[0]
 
 
@@ -864,7 +881,7 @@ def main() -> None:
         if args.spy:
             asyncio.run(spy(ports[0], tokens, args))
         elif args.large:
-            cursor = asyncio.run(large_run(ports, tokens, args))
+            cursor = asyncio.run(large_run(ports, tokens, args, url))
             explain_large(url, tenant, subjects[0], cursor)
         else:
             asyncio.run(small_run(ports, tokens, args))
