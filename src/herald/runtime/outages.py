@@ -115,9 +115,10 @@ class Dependency:
     def failed(self, exc: BaseException) -> None:
         """Note a failure; only the first of an outage is logged. A transaction rolled back to
         break a lock conflict is no outage (the caller backs off and runs it again as it would
-        for one): one INFO line, and the dependency stays up."""
+        for one): a WARNING line of its own each time (a failed tick is never silent, R-OPS-5),
+        and the dependency stays up."""
         if is_conflict(exc):
-            log.info("%s: %s; running it again", self.name, describe(exc))
+            log.warning("%s: %s; running it again", self.name, describe(exc))
             return
         self.failures += 1
         self.last_reason = describe(exc)
