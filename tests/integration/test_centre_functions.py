@@ -10,7 +10,6 @@ that a database where they cannot be created still answers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -44,41 +43,32 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return called
 
 
-@pytest.fixture
-async def http(
-    settings: Settings, engine: AsyncEngine, registry: Registry
-) -> AsyncIterator[AsyncClient]:
-    app = create_app(settings, engine, registry)
-    async with AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test") as c:
-        yield c
-
-
 def _auth(settings: Settings, tenant: str, subject: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {sign_token(settings, tenant_id=tenant, subject=subject)}"}
 
 
 async def test_every_plain_inbox_request_is_one_function_call(
-    http: AsyncClient, calls: list[str], settings: Settings, engine: AsyncEngine, tenant: str
+    client: AsyncClient, calls: list[str], settings: Settings, engine: AsyncEngine, tenant: str
 ) -> None:
     seed = Seed(engine, tenant)
     person = await seed.person("reader")
     items = await seed.notify_many(person, 3)
     me = _auth(settings, tenant, "reader")
 
-    first = await http.get(f"{BASE}?limit=2", headers=me)
+    first = await client.get(f"{BASE}?limit=2", headers=me)
     assert first.status_code == 200
     cursor = first.json()["nextCursor"]
     assert [i["id"] for i in first.json()["items"]] == [str(p.public_id) for p in items[::-1][:2]]
-    after = await http.get(f"{BASE}?limit=2&cursor={cursor}&unreadOnly=true", headers=me)
+    after = await client.get(f"{BASE}?limit=2&cursor={cursor}&unreadOnly=true", headers=me)
     assert [i["id"] for i in after.json()["items"]] == [str(items[0].public_id)]
-    assert (await http.get(f"{BASE}/unread-count", headers=me)).json() == {
+    assert (await client.get(f"{BASE}/unread-count", headers=me)).json() == {
         "count": 3,
         "capped": False,
     }
-    marked = await http.post(f"{BASE}/{items[0].public_id}/read", headers=me)
+    marked = await client.post(f"{BASE}/{items[0].public_id}/read", headers=me)
     assert marked.status_code == 200 and marked.json()["id"] == str(items[0].public_id)
-    assert (await http.post(f"{BASE}/read-all", headers=me)).json() == {"updated": 2}
-    unknown = await http.get(BASE, headers=_auth(settings, tenant, "nobody"))
+    assert (await client.post(f"{BASE}/read-all", headers=me)).json() == {"updated": 2}
+    unknown = await client.get(BASE, headers=_auth(settings, tenant, "nobody"))
     assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "UNAUTHENTICATED"
     assert calls == [
         "list",
@@ -91,10 +81,10 @@ async def test_every_plain_inbox_request_is_one_function_call(
 
 
 async def test_the_functions_in_the_database_are_the_codes_statements(
-    http: AsyncClient, settings: Settings, engine: AsyncEngine, tenant: str
+    client: AsyncClient, settings: Settings, engine: AsyncEngine, tenant: str
 ) -> None:
     await Seed(engine, tenant).person("reader")
-    assert (await http.get(BASE, headers=_auth(settings, tenant, "reader"))).status_code == 200
+    assert (await client.get(BASE, headers=_auth(settings, tenant, "reader"))).status_code == 200
     async with engine.connect() as conn:
         stored = dict(
             (
@@ -108,13 +98,13 @@ async def test_the_functions_in_the_database_are_the_codes_statements(
 
 
 async def test_no_role_but_the_owner_may_run_them(
-    http: AsyncClient, settings: Settings, engine: AsyncEngine, tenant: str
+    client: AsyncClient, settings: Settings, engine: AsyncEngine, tenant: str
 ) -> None:
     """A herald_app session runs as one tenant; the functions enter the tenant they are given.
     Were they executable by herald_app, a statement run under one tenant could read another's
     inbox through them; EXECUTE is revoked from PUBLIC, so it is refused."""
     await Seed(engine, tenant).person("reader")
-    assert (await http.get(BASE, headers=_auth(settings, tenant, "reader"))).status_code == 200
+    assert (await client.get(BASE, headers=_auth(settings, tenant, "reader"))).status_code == 200
     function = functions.LIST[(False, False)]
     async with engine.connect() as conn:
         raw = await conn.get_raw_connection()
@@ -137,15 +127,15 @@ async def test_no_role_but_the_owner_may_run_them(
 
 
 async def test_a_database_replaced_under_the_process_gets_them_again(
-    http: AsyncClient, settings: Settings, engine: AsyncEngine, tenant: str
+    client: AsyncClient, settings: Settings, engine: AsyncEngine, tenant: str
 ) -> None:
     await Seed(engine, tenant).person("reader")
     me = _auth(settings, tenant, "reader")
-    assert (await http.get(BASE, headers=me)).status_code == 200
+    assert (await client.get(BASE, headers=me)).status_code == 200
     async with engine.begin() as conn:
         for function in functions.ALL:
             await conn.execute(text(f"DROP FUNCTION {function.name}"))
-    answer = await http.get(f"{BASE}/unread-count", headers=me)
+    answer = await client.get(f"{BASE}/unread-count", headers=me)
     assert answer.status_code == 200 and answer.json()["count"] == 0
 
 

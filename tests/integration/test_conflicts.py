@@ -10,33 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
-from httpx import ASGITransport, AsyncClient
+from httpx import AsyncClient
 from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from herald.api.app import create_app
 from herald.auth.service import sign_token
 from herald.config import Settings
 from herald.db import schema as s
-from herald.kinds import Registry
 from herald.runtime import outages
 from tests.integration.test_centre import Item, Seed
 
 r = s.notification_recipient
-
-
-@pytest.fixture
-async def http(
-    settings: Settings, engine: AsyncEngine, registry: Registry
-) -> AsyncIterator[AsyncClient]:
-    app = create_app(settings, engine, registry)
-    async with AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test") as c:
-        yield c
 
 
 async def _lock(conn: AsyncConnection, item: Item, *, nowait: bool = False) -> None:
@@ -73,7 +61,7 @@ async def _waiting_on_a_lock(engine: AsyncEngine, own_pid: int) -> bool:
 
 
 async def test_a_request_chosen_to_break_a_deadlock_is_a_conflict_not_an_outage(
-    http: AsyncClient,
+    client: AsyncClient,
     engine: AsyncEngine,
     settings: Settings,
     tenant: str,
@@ -89,7 +77,7 @@ async def test_a_request_chosen_to_break_a_deadlock_is_a_conflict_not_an_outage(
         await other.execute(text("SET deadlock_timeout = '20s'"))
         await _lock(other, middle)
         with caplog.at_level(logging.INFO):
-            request = asyncio.create_task(http.post("/v1/me/notifications/read-all", headers=me))
+            request = asyncio.create_task(client.post("/v1/me/notifications/read-all", headers=me))
             for _ in range(100):
                 if await _waiting_on_a_lock(engine, own_pid):
                     break
@@ -115,5 +103,5 @@ async def test_a_request_chosen_to_break_a_deadlock_is_a_conflict_not_an_outage(
             select(r.c.id).where(r.c.tenant_id == tenant, r.c.read_at.is_(None))
         )
         assert len(unread.all()) == 3
-    again = await http.post("/v1/me/notifications/read-all", headers=me)
+    again = await client.post("/v1/me/notifications/read-all", headers=me)
     assert again.status_code == 200 and again.json() == {"updated": 3}

@@ -24,10 +24,6 @@ T = TypeVar("T")
 # Tries in all, the first included; a third deadlock in a row is answered as before.
 ATTEMPTS = 3
 
-# PostgreSQL's "transaction rollback" class (deadlock_detected, serialization_failure), followed
-# through SQLAlchemy's wrapper.
-is_conflict = outages.is_conflict
-
 
 async def retrying(run: Callable[[], Awaitable[T]], *, what: str) -> T:
     """`run()` (one whole transaction), run again after a short random pause when PostgreSQL
@@ -36,7 +32,7 @@ async def retrying(run: Callable[[], Awaitable[T]], *, what: str) -> T:
         try:
             return await run()
         except Exception as exc:
-            if attempt == ATTEMPTS or not is_conflict(exc):
+            if attempt == ATTEMPTS or not outages.is_conflict(exc):
                 raise
             log.info("%s: rolled back to break a lock conflict; trying again", what)
             await asyncio.sleep(random.uniform(0.02, 0.1) * attempt)

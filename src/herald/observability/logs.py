@@ -259,8 +259,7 @@ class _Formatter(logging.Formatter):
     copies each record (`logging.makeLogRecord`) so that other handlers see the original, and then
     formats the rendered string once more through `logging.Formatter.format`. Herald's records
     have one handler, and this formatter does not change them. The event dictionary, the
-    processors and the line are the same (tests/unit/test_log_redaction.py compares the two);
-    a request's line costs about half as much."""
+    processors and the line are the same (tests/unit/test_log_redaction.py compares the two)."""
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -50,15 +51,21 @@ def unavailable(exc: BaseException) -> str | None:
 
     Follows the exception's cause and context, since the database error usually arrives wrapped
     (SQLAlchemy's DBAPIError around psycopg's OperationalError)."""
+    for current in _chain(exc):
+        found = _classify(current)
+        if found is not None:
+            return found
+    return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from or during, each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        found = _classify(current)
-        if found is not None:
-            return found
+        yield current
         current = current.__cause__ or current.__context__
-    return None
 
 
 # SQLSTATE class 40, "transaction rollback": PostgreSQL rolled the transaction back to break a
@@ -69,14 +76,10 @@ _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
 def is_conflict(exc: BaseException) -> bool:
     """`exc` (or what it wraps) is a transaction PostgreSQL rolled back to break a lock conflict
     with other work: not an outage, though psycopg raises it as an OperationalError."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, psycopg.Error) and current.sqlstate in _CONFLICT_SQLSTATES:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return any(
+        isinstance(current, psycopg.Error) and current.sqlstate in _CONFLICT_SQLSTATES
+        for current in _chain(exc)
+    )
 
 
 def _classify(exc: BaseException) -> str | None:
