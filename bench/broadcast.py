@@ -12,7 +12,8 @@ a few seconds ahead, so both processes are up when the scheduler releases it. Pr
     mock), each with its ratio to the COPY;
   - first in-app row: how long after the release (the frozen timestamp) the first inbox row exists;
   - CPU: user + system time of each process and of every PostgreSQL process over the run, and
-    how many of the machine's two cores that kept busy;
+    how many of the machine's two cores that kept busy; PostgreSQL's split by whom it served
+    (each process's backends, the checkpointer, the WAL writer, …);
   - memory: peak RSS of the scheduler and of the worker, and the worker's RSS over the run.
 Never part of the test run's pass/fail.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -83,6 +85,44 @@ def first_in_app_row(conn: psycopg.Connection[tuple[object, ...]], public_id: st
     ).fetchone()
     assert row is not None
     return row[0]
+
+
+BACKEND = re.compile(r"postgres: (?:\S+: )?\S+ \S+ (?:[^ (]+\((\d+)\)|\[local\])")
+
+
+def database_cpu_by_whom(
+    before: dict[int, float], after: dict[int, float], processes: dict[str, subprocess.Popen[bytes]]
+) -> dict[str, float]:
+    """PostgreSQL's CPU over the run, split by whom it served: each Herald process's backends (a
+    backend's command line names its client's port, which one of the process's sockets holds), the
+    server's own processes by their names (checkpointer, walwriter, …), and "other" for the
+    bench's own connections and backends no process holds any more. Read before the processes
+    stop, so that their sockets are still open."""
+    port_to_role: dict[int, str] = {}
+    for role, proc in processes.items():
+        for connection in psutil.Process(proc.pid).net_connections(kind="tcp"):
+            port_to_role[connection.laddr.port] = role
+    spent: dict[str, float] = {}
+    for pid, seconds in after.items():
+        try:
+            command = " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
+            command = ""
+        match = BACKEND.match(command)
+        if match:
+            # Over a Unix socket (the embedded server) a backend names no port.
+            port = match.group(1)
+            whom = port_to_role.get(int(port), "other") if port else "backends over a socket"
+        elif command.startswith("postgres: "):
+            whom = command.rsplit(": ", 1)[-1].strip() or "other"
+        else:
+            whom = "postmaster"
+        spent[whom] = spent.get(whom, 0.0) + seconds - before.get(pid, 0.0)
+    return {
+        whom: seconds
+        for whom, seconds in sorted(spent.items(), key=lambda item: -item[1])
+        if seconds >= 0.05
+    }
 
 
 def main() -> None:
@@ -161,6 +201,9 @@ def main() -> None:
                 if state == "completed":
                     spent = {role: cpu_seconds(proc.pid) for role, proc in processes.items()}
                     database_after = postgres_cpu_by_pid()
+                    database_by_whom = database_cpu_by_whom(
+                        database_before, database_after, processes
+                    )
                     break
                 time.sleep(0.5)
             first_row = first_in_app_row(watcher, public_id)
@@ -191,6 +234,10 @@ def main() -> None:
             + f", PostgreSQL {database_cpu:.1f} s; "
             f"{(sum(spent.values()) + database_cpu) / total_seconds:.2f} of {os.cpu_count()} cores "
             "busy over the broadcast"
+        )
+        print(
+            "           PostgreSQL's by whom it served: "
+            + ", ".join(f"{whom} {seconds:.1f} s" for whom, seconds in database_by_whom.items())
         )
         third = max(len(worker_rss) // 3, 1)
         print(

@@ -391,3 +391,90 @@ def test_partitions_migration_on_a_populated_database(empty_database: str) -> No
     assert catalog(empty_database) == before
     with psycopg.connect(libpq_url(empty_database)) as conn:
         assert conn.execute(ROWS).fetchone() == before_rows
+
+
+POPULATE_0022 = """
+WITH p AS (
+    INSERT INTO person (tenant_id, external_id) VALUES ('t', %(person)s) RETURNING id, public_id
+), e AS (
+    INSERT INTO notification_event
+        (tenant_id, kind, category, priority, audience, channels, dedupe_key)
+    SELECT 't', 'announcement.posted', 'announcement', 'normal', '{"kind": "all_users"}',
+           ARRAY['email'], md5(%(person)s || g) || md5('x' || %(person)s || g)
+      FROM generate_series(1, 20) g
+    RETURNING id, public_id, occurred_at
+), r AS (
+    INSERT INTO notification_recipient
+        (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at)
+    SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, p
+    RETURNING id, event_id, public_id, occurred_at
+), d AS (
+    INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, occurred_at)
+    SELECT 't', r.event_id, r.id, 'email', r.occurred_at FROM r
+    RETURNING public_id
+)
+SELECT 'event', public_id FROM e UNION ALL SELECT 'recipient', public_id FROM r
+UNION ALL SELECT 'delivery', public_id FROM d
+"""
+
+
+def _ids_by_table(url: str, person: str) -> dict[str, list[uuid.UUID]]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute(POPULATE_0022, {"person": person}).fetchall()
+        for table in ("dead_letter", "webhook_message"):
+            # Each table's default, evaluated as an INSERT would (the two need rows of their own
+            # to reference; the default alone is what changed).
+            default = conn.execute(
+                "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d "
+                "JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
+                "WHERE d.adrelid = %s::regclass AND a.attname = 'public_id'",
+                (table,),
+            ).fetchone()
+            assert default is not None
+            made = conn.execute(f"SELECT {default[0]} FROM generate_series(1, 20)").fetchall()
+            rows += [(table, value) for (value,) in made]
+    ids: dict[str, list[uuid.UUID]] = {}
+    for table, value in rows:
+        ids.setdefault(table, []).append(value)
+    return ids
+
+
+def test_time_ordered_public_ids_migration(empty_database: str) -> None:
+    """0022: after it, the public ids of events, recipients, deliveries, dead letters and webhook
+    messages are version 7 — their first 48 bits this moment's Unix milliseconds, the RFC 9562
+    variant kept, all distinct — on the partitions too; rows made before keep their version-4
+    ids; a person's id stays random; down restores gen_random_uuid() and 0021's catalog."""
+    migrate.upgrade(empty_database, "0021")
+    before_catalog = catalog(empty_database)
+    before = _ids_by_table(empty_database, "ana")
+    assert {u.version for ids in before.values() for u in ids} == {4}
+
+    migrate.upgrade(empty_database, "0022")
+    started = int(datetime.now(UTC).timestamp() * 1000)
+    after = _ids_by_table(empty_database, "ben")
+    ended = int(datetime.now(UTC).timestamp() * 1000)
+    assert set(after) == {"event", "recipient", "delivery", "dead_letter", "webhook_message"}
+    for table, ids in after.items():
+        assert len(set(ids)) == len(ids) == 20, table
+        for made in ids:
+            assert made.version == 7 and made.variant == uuid.RFC_4122, (table, made)
+            assert started - 1 <= made.int >> 80 <= ended + 1, (table, made)
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        kept = conn.execute(
+            "SELECT count(*) FROM notification_delivery WHERE public_id = ANY(%s)",
+            (before["delivery"],),
+        ).fetchone()
+        person = conn.execute("SELECT public_id FROM person WHERE external_id = 'ben'").fetchone()
+        partition_defaults = conn.execute(
+            "SELECT DISTINCT pg_get_expr(d.adbin, d.adrelid) FROM pg_inherits i "
+            "JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'public_id' "
+            "JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+        ).fetchall()
+    assert kept == (20,)
+    assert person is not None and person[0].version == 4
+    assert len(partition_defaults) == 1 and "clock_timestamp()" in partition_defaults[0][0]
+
+    migrate.downgrade(empty_database, "0021")
+    assert catalog(empty_database) == before_catalog
+    again = _ids_by_table(empty_database, "cy")
+    assert {u.version for ids in again.values() for u in ids} == {4}
