@@ -172,7 +172,9 @@ async def _in_transaction(settings: Settings, work: Callable[[AsyncConnection], 
     from herald.db.engine import make_async_engine
     from herald.runtime.database import resolve_database_url
 
-    engine = make_async_engine(resolve_database_url(settings), pool_size=1)
+    engine = make_async_engine(
+        resolve_database_url(settings), pool_size=1, application_name="herald-cli"
+    )
     try:
         async with engine.begin() as conn:
             return await work(conn)
@@ -216,6 +218,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
         resolve_database_url(settings),
         pool_size=settings.db_pool_size,
         ping_after_idle=API_PING_AFTER_IDLE_SECONDS,
+        application_name="herald-api",
     )
     stop = asyncio.Event()
     try:
@@ -268,7 +271,11 @@ async def _work(
     from herald.runtime.worker import run_worker
 
     registry = get_registry()
-    engine = make_async_engine(resolve_database_url(settings), pool_size=settings.db_pool_size)
+    engine = make_async_engine(
+        resolve_database_url(settings),
+        pool_size=settings.db_pool_size,
+        application_name="herald-worker",
+    )
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):
@@ -307,7 +314,9 @@ async def _schedule(settings: Settings) -> None:
 
     registry = get_registry()
     # One tick's transactions run one after another: a small pool is plenty.
-    engine = make_async_engine(resolve_database_url(settings), pool_size=2)
+    engine = make_async_engine(
+        resolve_database_url(settings), pool_size=2, application_name="herald-scheduler"
+    )
     stop = asyncio.Event()
     try:
         with server.stop_on_signals(stop):
@@ -592,7 +601,9 @@ def broadcasts_status(
     settings = _settings()
 
     async def watch() -> broadcasts.Status:
-        engine = make_async_engine(resolve_database_url(settings), pool_size=1)
+        engine = make_async_engine(
+            resolve_database_url(settings), pool_size=1, application_name="herald-cli"
+        )
         try:
             with Progress(
                 TextColumn("{task.description}"),
@@ -670,7 +681,9 @@ def people_import(
             bar.advance(tasks[kind], done)
 
         async def load() -> importer.ImportReport:
-            engine = make_async_engine(resolve_database_url(settings), pool_size=1)
+            engine = make_async_engine(
+                resolve_database_url(settings), pool_size=1, application_name="herald-cli"
+            )
             try:
                 return await importer.import_file(
                     engine,

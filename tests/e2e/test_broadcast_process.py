@@ -123,6 +123,13 @@ def test_two_people_frozen_audience_and_cancel_mid_flight(
                 "the first broadcast to complete",
             )
             assert done["recipientCount"] == 3 and sum(done["counts"].values()) == 6
+            # Each process names its connections, for pg_stat_activity and the server's logs.
+            names = _sql(
+                database_url,
+                "SELECT DISTINCT application_name FROM pg_stat_activity "
+                "WHERE datname = current_database()",
+            )
+            assert {"herald-api", "herald-scheduler", "herald-worker"} <= {n for (n,) in names}
             late_token = auth.sign_token(settings, tenant_id=tenant, subject="late")
             inbox = http.get(
                 "/v1/me/notifications", headers={"Authorization": f"Bearer {late_token}"}

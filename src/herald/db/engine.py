@@ -21,6 +21,7 @@ sets one), so a server that is down or unreachable costs a bounded wait per host
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -138,8 +139,25 @@ def with_database(url: str, database: str) -> str:
     return replace(parse_database_url(url), database=database).render("postgresql")
 
 
+def named(url: str, application_name: str | None) -> dict[str, Any]:
+    """The connection argument that names a Herald process's connections (`herald-worker`, …)
+    in `pg_stat_activity` and the server's log lines — none when the operator named them
+    already, by `application_name` in the URL or by PGAPPNAME."""
+    if (
+        application_name is None
+        or parse_database_url(url).param("application_name") is not None
+        or os.environ.get("PGAPPNAME")
+    ):
+        return {}
+    return {"application_name": application_name}
+
+
 def make_async_engine(
-    url: str, *, pool_size: int = 10, ping_after_idle: float | None = None
+    url: str,
+    *,
+    pool_size: int = 10,
+    ping_after_idle: float | None = None,
+    application_name: str | None = None,
 ) -> AsyncEngine:
     """A pooled engine of at most 2 × pool_size connections (HERALD_DB_POOL_SIZE), kept open.
 
@@ -149,9 +167,14 @@ def make_async_engine(
     many seconds is checked: one in steady use skips the round trip (a fifth of an inbox read's),
     and if the server went away meanwhile its next statement fails, which the API answers 503
     DATABASE_UNAVAILABLE and after which SQLAlchemy replaces every connection of the pool.
+
+    `application_name` names the process's connections in `pg_stat_activity` and the server's
+    log lines (`herald-api`, `herald-worker`, …), so an operator can tell whose backend holds a
+    lock or burns a core; an `application_name` in the URL, or PGAPPNAME, wins over it.
     """
     engine = create_async_engine(
         sqlalchemy_url(url),
+        connect_args=named(url, application_name),
         # The bound is 2 × pool_size, as pool_size + as many overflow connections would be, but a
         # connection once opened is kept: overflow ones were closed on return, so a process
         # busier than pool_size opened (and PostgreSQL forked) a connection for some requests.

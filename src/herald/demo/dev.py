@@ -255,7 +255,9 @@ async def run_dev(
     from herald.runtime.worker import run_worker
 
     registry = get_registry()
-    engine = make_async_engine(database_url, pool_size=settings.db_pool_size)
+    engine = make_async_engine(
+        database_url, pool_size=settings.db_pool_size, application_name="herald-dev"
+    )
     providers = build_providers(settings)
     try:
         async with engine.begin() as conn:

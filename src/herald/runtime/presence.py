@@ -14,6 +14,7 @@ import secrets
 
 import psycopg
 
+from herald.db.engine import named
 from herald.runtime import outages, queries
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class Presence:
         while not stop.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True
+                    self._url, autocommit=True, **named(self._url, "herald-worker")
                 ) as conn:
                     while not await queries.try_presence_lock(conn, NAMESPACE, self.key):
                         self.key = new_key()  # another live worker holds this key: take another

@@ -25,7 +25,7 @@ from herald.channels.providers import (
     configured_channels,
 )
 from herald.config import Settings
-from herald.db.engine import libpq_url
+from herald.db.engine import libpq_url, named
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.delivery.worker import CONCURRENCY, deliver_batch, loops_of
 from herald.digests import service as digests
@@ -298,7 +298,9 @@ async def _listen(url: str, wakes: Mapping[str, Wake], stop: asyncio.Event) -> N
     backoff = outages.Backoff()
     while not stop.is_set():
         try:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            async with await psycopg.AsyncConnection.connect(
+                url, autocommit=True, **named(url, "herald-worker")
+            ) as conn:
                 for channel in wakes:
                     await conn.execute(f"LISTEN {channel}")
                 backoff.reset()
