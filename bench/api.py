@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil  # type: ignore[import-untyped]
+import psutil
 import psycopg
 from sqlalchemy.engine import make_url
 
@@ -490,8 +490,8 @@ async def spy(port: int, tokens: list[str], args: argparse.Namespace) -> None:
         leaf = stack.split(";")[-1]
         own[leaf] = own.get(leaf, 0) + int(count)
     print("  heaviest functions by own samples:")
-    for leaf, count in sorted(own.items(), key=lambda kv: -kv[1])[:15]:
-        print(f"    {100 * count / total:5.1f} %  {leaf[:110]}")
+    for leaf, samples in sorted(own.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"    {100 * samples / total:5.1f} %  {leaf[:110]}")
 
 
 async def small_run(ports: list[int], tokens: list[str], args: argparse.Namespace) -> None:
@@ -703,7 +703,7 @@ async def profile_run(url: str, settings: Settings, tokens: list[str], requests:
     try:
         from pyinstrument import Profiler
     except ImportError:  # pragma: no cover - the profile is optional
-        Profiler = None  # type: ignore[assignment,misc]
+        Profiler = None
     async with (
         app.router.lifespan_context(app),
         AsyncClient(transport=ASGITransport(app=app), base_url="http://bench") as http,

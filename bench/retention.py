@@ -178,6 +178,8 @@ def seed(url: str, deliveries: int) -> Seeded:
                     did = next_delivery
                     next_delivery += 1
                     sent = occurred + timedelta(seconds=60)
+                    # status, attempts, sent_at, delivered_at, skipped_at, failed_at, dead_at
+                    row: tuple[str, int, str | None, str | None, str | None, None, None]
                     if channel == "in_app":
                         row = ("delivered", 0, None, ts(sent), None, None, None)
                     elif channel == "push":
@@ -391,7 +393,7 @@ def explain(url: str, batch: int) -> None:
         .replace(":uuid_pattern", f"'{queries.UUID_PATTERN}'")
     )
     with psycopg.connect(libpq_url(url)) as conn:
-        plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}").fetchall()  # type: ignore[arg-type]
+        plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}").fetchall()
         conn.rollback()
     print("EXPLAIN ANALYZE delete_aged_deliveries (rolled back):")
     for (line,) in plan:

@@ -18,8 +18,9 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -109,8 +110,17 @@ async def claim_all(url: str) -> float:
             claimed = await delivery_queries.claim_due_deliveries(conn, "email", 200, 60, None)
             if not claimed:
                 break
-            await tenancy.enter_tenant(conn, claimed[0][1])
-            await delivery_queries.load_send_contexts(conn, [c[0] for c in claimed])
+            # As deliver_batch: each tenant's rows read under that tenant, bounded by their months.
+            tenants: dict[str, list[Any]] = {}
+            for row in claimed:
+                tenants.setdefault(row[1], []).append(row)
+            for tenant, rows in tenants.items():
+                await tenancy.enter_tenant(conn, tenant)
+                await delivery_queries.load_send_contexts(
+                    conn,
+                    [row[0] for row in rows],
+                    delivery_queries.span_of(row[2] for row in rows),
+                )
     elapsed = time.perf_counter() - started
     await engine.dispose()
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
@@ -151,7 +161,7 @@ async def inbox_reads(url: str, reads: int) -> float:
 
 
 def best_of(
-    url: str, run: Callable[[], Awaitable[float]], before: Callable[[], None]
+    url: str, run: Callable[[], Coroutine[Any, Any, float]], before: Callable[[], None]
 ) -> dict[bool, float]:
     """Alternate RLS on and off twice; each side's best time."""
     best: dict[bool, float] = {}

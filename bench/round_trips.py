@@ -41,12 +41,13 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import uvloop
 from psycopg import sql
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from sqlalchemy.sql.compiler import SQLCompiler
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -77,7 +78,7 @@ class Prepared:
     """A Compiled statement PREPAREd by name on one connection, run with EXECUTE."""
 
     def __init__(self, name: str, compiled: Compiled) -> None:
-        numbered = compiled.statement.compile(dialect=NUMBERED)
+        numbered = cast(SQLCompiler, compiled.statement.compile(dialect=NUMBERED))
         self.name = name
         self.sql = str(numbered)
         self.order = list(numbered.positiontup or [])

@@ -26,7 +26,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from sqlalchemy import event
@@ -153,16 +153,12 @@ async def latencies(settings: Settings, url: str, occurrences: int) -> None:
                 "WHERE public_id = ANY(%(ids)s)) numbered WHERE id = sid",
                 {"ids": ids},
             )
-            due = {
-                row[0]: row[1]
-                for row in (
-                    await conn.exec_driver_sql(
-                        "SELECT public_id, next_run_at FROM reminder_schedule "
-                        "WHERE public_id = ANY(%(ids)s)",
-                        {"ids": ids},
-                    )
-                ).all()
-            }
+            found = await conn.exec_driver_sql(
+                "SELECT public_id, next_run_at FROM reminder_schedule WHERE public_id = ANY(%(ids)s)",
+                {"ids": ids},
+            )
+            # exec_driver_sql's rows are untyped (a tuple of no columns to mypy).
+            due: dict[Any, Any] = {row[0]: row[1] for row in cast(list[Any], found.all())}
         sent_ids = []
         for _ in range(occurrences):
             await asyncio.sleep(0.37)
@@ -229,7 +225,7 @@ async def _first_deliveries(engine: Any) -> list[tuple[Any, datetime, datetime]]
             "WHERE e.tenant_id = %(tenant)s GROUP BY e.public_id, e.created_at",
             {"tenant": TENANT},
         )
-        return [tuple(row) for row in result.all()]  # type: ignore[misc]
+        return [tuple(row) for row in result.all()]
 
 
 async def _runs(engine: Any) -> dict[Any, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from typing_extensions import override
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from cryptography.fernet import Fernet  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402
 
-from bench.delivery import TENANT, InstantProvider, requeue, seed  # noqa: E402
+from bench.delivery import TENANT, InstantProvider, seed_people, seed_queue  # noqa: E402
 from herald.config import Settings  # noqa: E402
 from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
@@ -59,6 +60,7 @@ class _Quiet(BaseHTTPRequestHandler):
         self.send_header("content-length", "0")
         self.end_headers()
 
+    @override
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
@@ -143,9 +145,11 @@ def main() -> None:
     try:
         migrate.upgrade(url)
         print(f"{n:,} email deliveries; {m:,} webhook messages to a local receiver")
-        seed(url, n)
+        seed_people(libpq_url(url), n)
+        seed_queue(libpq_url(url), n, tied=False)
         plain = asyncio.run(deliver_all(url, settings, n))
-        requeue(url)
+        # The same queue again (one event, n queued emails), now with an endpoint subscribed.
+        seed_queue(libpq_url(url), n, tied=False)
         add_endpoint(url, settings, target)
         with_outbox = asyncio.run(deliver_all(url, settings, n))
         with psycopg.connect(libpq_url(url)) as conn:

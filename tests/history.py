@@ -37,7 +37,7 @@ def create_months(conn: psycopg.Connection[Any], months: Sequence[partitions.Mon
         )
     ]
     for statement in partitions.plan(existing, months, protect=True):
-        conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(statement)
 
 
 def sent_email(
