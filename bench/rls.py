@@ -34,6 +34,7 @@ from herald.centre import service as centre  # noqa: E402
 from herald.db import embedded, migrate, tenancy  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
 from herald.delivery import queries as delivery_queries  # noqa: E402
+from herald.delivery import worker as delivery_worker  # noqa: E402
 from herald.fanout import service as fanout  # noqa: E402
 from herald.kinds.sample import SAMPLE_REGISTRY  # noqa: E402
 from herald.sending.service import SendInput, asend  # noqa: E402
@@ -111,10 +112,7 @@ async def claim_all(url: str) -> float:
             if not claimed:
                 break
             # As deliver_batch: each tenant's rows read under that tenant, bounded by their months.
-            tenants: dict[str, list[Any]] = {}
-            for row in claimed:
-                tenants.setdefault(row[1], []).append(row)
-            for tenant, rows in tenants.items():
+            for tenant, rows in delivery_worker._by_tenant(claimed).items():
                 await tenancy.enter_tenant(conn, tenant)
                 await delivery_queries.load_send_contexts(
                     conn,
