@@ -788,3 +788,55 @@ async def test_a_batch_spanning_months_is_sent_and_recorded_whole(
     assert [r["status"] for r in done] == ["sent", "sent"]
     for row in done:
         assert [a["outcome"] for a in await attempts(engine, row["id"])] == ["sent"]
+
+
+async def test_a_channels_loops_together_send_at_most_its_concurrency_at_once(
+    engine: AsyncEngine,
+    tenant: str,
+    vault: Vault,
+    delivery_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R-CHAN-19: a channel's provider concurrency is a process total. drain_channel's batch loops
+    share one gate, each sender holding its place for its run of rows: three email loops (four
+    senders each) never have more than four sends open at once — and do reach four."""
+    from herald.delivery import worker
+
+    async with engine.begin() as conn:
+        group_id = await seed.group(conn, tenant, "class-7a")
+        for i in range(30):
+            pupil = await seed.person(conn, tenant, f"s{i}")
+            parent = await seed.person(conn, tenant, f"g{i}")
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+    await send_event(engine, tenant, channels=["email"])
+    await run_to_completion(engine, tenant)
+
+    class Counting(ScriptedProvider):
+        open = peak = 0
+
+        async def send(self, message: Message) -> ProviderOutcome:
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+            try:
+                await asyncio.sleep(0.02)
+                return await super().send(message)
+            finally:
+                self.open -= 1
+
+    provider = Counting("email")
+    # Batches of five, so that every loop holds rows of its own to send at the same time.
+    monkeypatch.setitem(worker.BATCH_LIMIT, "email", 5)
+    claimed = await worker.drain_channel(
+        engine,
+        "email",
+        provider,
+        registry=SAMPLE_REGISTRY,
+        vault=vault,
+        settings=delivery_settings,
+        tenant_id=tenant,
+        loops=3,
+    )
+    assert claimed == 30 and len({m.idempotency_key for m in provider.messages}) == 30
+    assert provider.peak == worker.CONCURRENCY["email"]
+    assert {r["status"] for r in await delivery_rows(engine, tenant)} == {"sent"}

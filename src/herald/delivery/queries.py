@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -51,7 +52,10 @@ async def claim_due_deliveries(
         result = await conn.execute(
             SQL["claim_due_deliveries_of_tenant"], {**params, "tenant_id": tenant_id}
         )
-    return [(int(row.id), str(row.tenant_id), row.occurred_at) for row in result]
+    # By position, as they came (bigint, text and timestamptz are already int, str and
+    # datetime): reading each column by name and converting it again cost 1 µs a row, 2 % of the
+    # worker's CPU a delivery; this is 0.06 µs.
+    return [(row[0], row[1], row[2]) for row in result]
 
 
 async def load_send_contexts(
@@ -137,18 +141,14 @@ class OutcomeRows:
         """The statement's parameters: the rows as one JSON document, an array a row in COLUMNS'
         order (record_outcomes reads them by position)."""
         rows = list(zip(*(getattr(self, name) for name in self.COLUMNS), strict=True))
+        # orjson: 0.18 µs a row against the standard library's 1.97 (a callback a timestamp),
+        # 3 % of the worker's CPU a delivery (docs/scaling.md §9.10). claimed_at is the lease
+        # token, compared for equality: orjson writes an aware datetime as RFC 3339 with every
+        # microsecond and the offset, so the timestamptz read back is the one claimed.
         return {
-            "rows": json.dumps(rows, default=_json_timestamp, separators=(",", ":")),
+            "rows": orjson.dumps(rows).decode(),
             "skipped_statuses": list(vocabulary.SKIPPED_STATUSES),
         } | _span_params(span_of(self.occurred_ats))
-
-
-def _json_timestamp(value: object) -> str:
-    """claimed_at is the lease token, compared for equality: the ISO form keeps every
-    microsecond and the offset, so the timestamptz read back is the one claimed."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 async def record_outcomes(conn: AsyncConnection, rows: OutcomeRows) -> tuple[set[int], str | None]:

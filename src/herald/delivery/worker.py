@@ -290,61 +290,65 @@ class _Sends:
 
     async def _sender(self) -> None:
         try:
-            # One iterator shared by the senders: each next() hands a row to exactly one of them.
-            for context in self.todo:
-                with logs.send_scope(
-                    request_id=context.get("origin_request_id"),
-                    event_id=context.get("event_public_id"),
-                    delivery_id=context["public_id"],
-                    tenant=context["tenant_id"],
-                ):
-                    try:
-                        result = await self._attempt(context)
-                    finally:
-                        self.batch.done(context["id"])
-                if result is not None:
-                    self.results.append(result)
-                    self.ready.set()
+            # A place at the gate is taken once for the sender's whole run of rows, not once a
+            # row: the channel's loops share the gate, so three email loops' twelve senders
+            # queued at a gate of four, and taking and giving back a place for every row — the
+            # standard semaphore walks its waiters on each acquire — was 5 % of the worker's CPU
+            # a delivery with a fast provider (docs/scaling.md §9.10). At most the channel's
+            # concurrency of rows are still being sent at once, process-wide; a loop whose
+            # senders wait here meanwhile claims, records and renews its leases as before.
+            async with self.gate:
+                # One iterator shared by the senders: each next() hands a row to exactly one.
+                for context in self.todo:
+                    with logs.send_scope(
+                        request_id=context.get("origin_request_id"),
+                        event_id=context.get("event_public_id"),
+                        delivery_id=context["public_id"],
+                        tenant=context["tenant_id"],
+                    ):
+                        try:
+                            result = await self._attempt(context)
+                        finally:
+                            self.batch.done(context["id"])
+                    if result is not None:
+                        self.results.append(result)
+                        self.ready.set()
         finally:
             self.ready.set()
 
     async def _attempt(self, context: dict[str, Any]) -> Result | None:
-        async with self.gate:
-            if context["id"] in self.batch.lost:
-                # Reclaimed while it waited (the heartbeat could not renew it): another worker
-                # owns it now, and sending here would send it twice. Nothing to record.
-                return None
-            try:
-                prepared = await prepare(
-                    context,
-                    registry=self.registry,
-                    vault=self.vault,
-                    settings=self.settings,
-                    overrides=self.overrides.get((context["tenant_id"], context["kind"]), {}),
-                )
-            except SecretVaultUnavailable:
-                # The vault did not answer. Whether or not the claim reached it, the retry's claim
-                # finds the values (the same delivery may claim again), so try again later.
-                return Result(
-                    Prepared(context),
-                    ProviderOutcome.failure("SECRET_VAULT_UNAVAILABLE", retryable=True),
-                )
-            except Exception as exc:
-                log.error(
-                    "preparing delivery %s raised %s", context["public_id"], type(exc).__name__
-                )
-                return Result(
-                    Prepared(context), ProviderOutcome.failure(self.unknown, retryable=True)
-                )
-            if prepared.message is None:
-                return Result(prepared)
-            message = prepared.message
-            # The rendered message and its destination never reach a log line, whatever logs.
-            logs.mark_sensitive(message.to, message.title, message.body, message.body_html)
-            outcome = await _call(self.provider, self.calls, message, context, self.unknown)
-            # A send that will be retried keeps its claim on the secret, so the retry still sends
-            # the reset email; the values went nowhere but the provider.
-            return Result(prepared, outcome)
+        """One row, sent or skipped; the caller holds a place at the gate."""
+        if context["id"] in self.batch.lost:
+            # Reclaimed while it waited (the heartbeat could not renew it): another worker owns
+            # it now, and sending here would send it twice. Nothing to record.
+            return None
+        try:
+            prepared = await prepare(
+                context,
+                registry=self.registry,
+                vault=self.vault,
+                settings=self.settings,
+                overrides=self.overrides.get((context["tenant_id"], context["kind"]), {}),
+            )
+        except SecretVaultUnavailable:
+            # The vault did not answer. Whether or not the claim reached it, the retry's claim
+            # finds the values (the same delivery may claim again), so try again later.
+            return Result(
+                Prepared(context),
+                ProviderOutcome.failure("SECRET_VAULT_UNAVAILABLE", retryable=True),
+            )
+        except Exception as exc:
+            log.error("preparing delivery %s raised %s", context["public_id"], type(exc).__name__)
+            return Result(Prepared(context), ProviderOutcome.failure(self.unknown, retryable=True))
+        if prepared.message is None:
+            return Result(prepared)
+        message = prepared.message
+        # The rendered message and its destination never reach a log line, whatever logs.
+        logs.mark_sensitive(message.to, message.title, message.body, message.body_html)
+        outcome = await _call(self.provider, self.calls, message, context, self.unknown)
+        # A send that will be retried keeps its claim on the secret, so the retry still sends the
+        # reset email; the values went nowhere but the provider.
+        return Result(prepared, outcome)
 
 
 async def _call(
