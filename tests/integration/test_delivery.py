@@ -840,3 +840,58 @@ async def test_a_channels_loops_together_send_at_most_its_concurrency_at_once(
     assert claimed == 30 and len({m.idempotency_key for m in provider.messages}) == 30
     assert provider.peak == worker.CONCURRENCY["email"]
     assert {r["status"] for r in await delivery_rows(engine, tenant)} == {"sent"}
+
+
+async def test_a_fast_provider_earns_larger_claims_and_a_slow_one_keeps_the_floor(
+    engine: AsyncEngine,
+    tenant: str,
+    vault: Vault,
+    delivery_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A channel's claims are sized to what its provider sent in BATCH_SECONDS on the last full
+    batch, between BATCH_LIMIT and PACED_LIMIT (docs/scaling.md §9.10): a slow provider keeps
+    the floor, one that answers at once earns the ceiling, and every row is sent once."""
+    from herald.delivery import worker
+
+    async with engine.begin() as conn:
+        group_id = await seed.group(conn, tenant, "class-7a")
+        for i in range(30):
+            pupil = await seed.person(conn, tenant, f"s{i}")
+            parent = await seed.person(conn, tenant, f"g{i}")
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+    await send_event(engine, tenant, channels=["email"])
+    await run_to_completion(engine, tenant)
+    monkeypatch.setitem(worker.BATCH_LIMIT, "email", 5)
+    monkeypatch.setitem(worker.PACED_LIMIT, "email", 20)
+    monkeypatch.setattr(worker, "BATCH_SECONDS", 0.2)
+    pace = worker.Pace("email")
+
+    class Slow(ScriptedProvider):
+        async def send(self, message: Message) -> ProviderOutcome:
+            await asyncio.sleep(0.2)  # five sends four at a time: 0.4 s, 12.5 a second
+            return await super().send(message)
+
+    fast, slow = ScriptedProvider("email"), Slow("email")
+
+    async def batch(provider: ScriptedProvider) -> tuple[int, int]:
+        claimed = await worker.deliver_batch(
+            engine,
+            "email",
+            provider,
+            registry=SAMPLE_REGISTRY,
+            vault=vault,
+            settings=delivery_settings,
+            tenant_id=tenant,
+            pace=pace,
+        )
+        return claimed, pace.limit
+
+    assert await batch(slow) == (5, 5)  # 12.5 a second × 0.2 s is under the floor
+    assert await batch(fast) == (5, 20)  # at once: the ceiling
+    assert await batch(fast) == (20, 20)
+    assert await batch(fast) == (0, 20)  # nothing left: a batch the queue cannot fill
+    sent = slow.messages + fast.messages
+    assert len(sent) == 30 and len({m.idempotency_key for m in sent}) == 30
+    assert {r["status"] for r in await delivery_rows(engine, tenant)} == {"sent"}

@@ -44,6 +44,33 @@ BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 200, "push": 200}
 # window), not the whole batch's.
 RECORD_EVERY = 50
 RECORD_AFTER_SECONDS = 1.0
+# Email and push claim more than BATCH_LIMIT when their provider keeps pace: each batch costs
+# about ten statements whatever its size (the claim's transaction, its tenant and planner
+# settings, the send contexts, the overrides, the recorder's write), and with a provider that
+# answers at once that fixed cost was a fifth of a delivery — batches of 1,000 drained 16,000
+# email deliveries a second where batches of 200 drained 12,700 (docs/scaling.md §9.10). A claim
+# is sized to what the provider sent in BATCH_SECONDS at its pace on the last full batch, between
+# BATCH_LIMIT and PACED_LIMIT: a provider that sends 100 emails a second keeps batches of 200,
+# so rows are never held by one worker much longer than today while another could send them.
+PACED_LIMIT = {"email": 1000, "push": 1000}
+BATCH_SECONDS = 2.0
+
+
+class Pace:
+    """How many rows the next claim of one channel takes, shared by the channel's batch loops."""
+
+    def __init__(self, channel: str) -> None:
+        self.floor = BATCH_LIMIT.get(channel, 100)
+        self.ceiling = max(self.floor, PACED_LIMIT.get(channel, self.floor))
+        self.limit = self.floor
+
+    def observe(self, claimed: int, limit: int, seconds: float) -> None:
+        """A batch of `claimed` rows, claimed with `limit`, was sent in `seconds`. A batch the
+        queue could not fill says nothing of the provider's pace and changes nothing."""
+        if claimed < limit or self.ceiling == self.floor:
+            return
+        per_second = claimed / max(seconds, 0.001)
+        self.limit = max(self.floor, min(self.ceiling, int(per_second * BATCH_SECONDS)))
 
 
 async def deliver_batch(
@@ -57,15 +84,18 @@ async def deliver_batch(
     limit: int | None = None,
     tenant_id: str | None = None,
     gate: asyncio.Semaphore | None = None,
+    pace: Pace | None = None,
 ) -> int:
-    """Claim up to `limit` due deliveries of one channel and see each to a recorded outcome.
+    """Claim up to `limit` due deliveries of one channel (default: the `pace`'s, else the
+    channel's BATCH_LIMIT) and see each to a recorded outcome.
 
     Returns how many were claimed (0: nothing was due).
     """
+    size = limit or (pace.limit if pace is not None else BATCH_LIMIT.get(channel, 100))
     async with engine.begin() as conn:
         await tenancy.plan_generically(conn)
         claimed = await queries.claim_due_deliveries(
-            conn, channel, limit or BATCH_LIMIT.get(channel, 100), settings.lease_seconds, tenant_id
+            conn, channel, size, settings.lease_seconds, tenant_id
         )
         if not claimed:
             return 0
@@ -95,7 +125,7 @@ async def deliver_batch(
         gate=gate,
     )
     pending: list[Result] = []
-    last_flush = time.monotonic()
+    started = last_flush = time.monotonic()
     try:
         while not sends.finished():
             # Every send finished by now, not just the first: when a group is due, the write
@@ -111,6 +141,8 @@ async def deliver_batch(
                 await _record(engine, vault, pending, settings)
                 pending, last_flush = [], time.monotonic()
         sends.raise_failure()
+        if pace is not None:
+            pace.observe(len(contexts), size, time.monotonic() - started)
     finally:
         heartbeat.cancel()
         sends.cancel()
@@ -459,6 +491,7 @@ async def drain_channel(
     """Deliver until nothing of `channel` is due, with `loops` batch loops (default: the
     channel's, loops_of); returns rows claimed."""
     gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
+    pace = Pace(channel)
 
     async def loop() -> int:
         total = 0
@@ -471,6 +504,7 @@ async def drain_channel(
             settings=settings,
             tenant_id=tenant_id,
             gate=gate,
+            pace=pace,
         ):
             total += claimed
         return total

@@ -27,7 +27,7 @@ from herald.channels.providers import (
 from herald.config import Settings
 from herald.db.engine import libpq_url, named
 from herald.delivery.queries import DELIVERY_CHANNEL
-from herald.delivery.worker import CONCURRENCY, deliver_batch, loops_of
+from herald.delivery.worker import CONCURRENCY, Pace, deliver_batch, loops_of
 from herald.digests import service as digests
 from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
@@ -110,11 +110,13 @@ async def run_worker(
     if channels:
         for channel, provider in sorted(providers.items()):
             gate = asyncio.Semaphore(CONCURRENCY.get(channel, 4))
+            pace = Pace(channel)  # the channel's claim size, shared by its loops like the gate
 
             async def send_once(
                 channel: str = channel,
                 provider: Provider = provider,
                 gate: asyncio.Semaphore = gate,
+                pace: Pace = pace,
             ) -> bool:
                 claimed = await deliver_batch(
                     engine,
@@ -125,6 +127,7 @@ async def run_worker(
                     settings=settings,
                     tenant_id=tenant_id,
                     gate=gate,
+                    pace=pace,
                 )
                 return claimed > 0
 
