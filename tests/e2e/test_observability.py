@@ -30,9 +30,15 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 
 def json_lines(process: HeraldProcess) -> list[dict[str, object]]:
-    """Every line the process wrote, each parsed as one JSON object (fails on any other line)."""
+    """Every line the process wrote, each parsed as one JSON object (fails on any other line).
+
+    While the process runs, its last line may be one it is still writing (CI once read `{"`):
+    only lines it has ended are read then. Once it has exited, every line must be whole."""
+    text = process.output()
+    if process.proc.poll() is None:
+        text = text[: text.rfind("\n") + 1]
     found = []
-    for line in process.output().splitlines():
+    for line in text.splitlines():
         if line.strip():
             try:
                 found.append(json.loads(line))
