@@ -84,6 +84,20 @@ async def email_delivery(
     return rows[0]
 
 
+async def queued_emails(engine: AsyncEngine, tenant: str, guardians: int) -> None:
+    """`guardians` guardians of one class, one event to them over email, fanned out: that many
+    queued email deliveries."""
+    async with engine.begin() as conn:
+        group_id = await seed.group(conn, tenant, "class-7a")
+        for i in range(guardians):
+            pupil = await seed.person(conn, tenant, f"s{i}")
+            parent = await seed.person(conn, tenant, f"g{i}")
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+    await send_event(engine, tenant, channels=["email"])
+    await run_to_completion(engine, tenant)
+
+
 async def delivery_rows(engine: AsyncEngine, tenant: str) -> list[dict[str, Any]]:
     d = s.notification_delivery
     async with engine.connect() as conn:
@@ -616,15 +630,7 @@ async def test_claims_are_disjoint(
     two workers claiming at once never take the same row."""
     from herald.delivery import queries as dq
 
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        for i in range(40):
-            pupil = await seed.person(conn, tenant, f"s{i}")
-            parent = await seed.person(conn, tenant, f"g{i}")
-            await seed.member(conn, tenant, group_id, pupil.id)
-            await seed.guardian(conn, tenant, pupil.id, parent.id)
-    await send_event(engine, tenant, channels=["email"])
-    await run_to_completion(engine, tenant)
+    await queued_emails(engine, tenant, 40)
 
     async def claim() -> list[int]:
         async with engine.begin() as conn:
@@ -707,15 +713,7 @@ async def test_slow_provider_never_lets_a_live_workers_leases_expire(
     """R-STATE-18, R-REAPER-1, R-PLAT-14: rows waiting their turn behind a slow provider keep their
     lease (the batch's heartbeat renews it), so a reaper sweeping all the while reclaims none of
     them and nothing is sent twice."""
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        for i in range(24):
-            pupil = await seed.person(conn, tenant, f"s{i}")
-            parent = await seed.person(conn, tenant, f"g{i}")
-            await seed.member(conn, tenant, group_id, pupil.id)
-            await seed.guardian(conn, tenant, pupil.id, parent.id)
-    await send_event(engine, tenant, channels=["email"])
-    await run_to_completion(engine, tenant)
+    await queued_emails(engine, tenant, 24)
     settings = delivery_settings.model_copy(update={"lease_seconds": 5})
 
     class Slow(ScriptedProvider):
@@ -802,15 +800,7 @@ async def test_a_channels_loops_together_send_at_most_its_concurrency_at_once(
     senders each) never have more than four sends open at once — and do reach four."""
     from herald.delivery import worker
 
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        for i in range(30):
-            pupil = await seed.person(conn, tenant, f"s{i}")
-            parent = await seed.person(conn, tenant, f"g{i}")
-            await seed.member(conn, tenant, group_id, pupil.id)
-            await seed.guardian(conn, tenant, pupil.id, parent.id)
-    await send_event(engine, tenant, channels=["email"])
-    await run_to_completion(engine, tenant)
+    await queued_emails(engine, tenant, 30)
 
     class Counting(ScriptedProvider):
         open = peak = 0
@@ -854,15 +844,7 @@ async def test_a_fast_provider_earns_larger_claims_and_a_slow_one_keeps_the_floo
     the floor, one that answers at once earns the ceiling, and every row is sent once."""
     from herald.delivery import worker
 
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        for i in range(30):
-            pupil = await seed.person(conn, tenant, f"s{i}")
-            parent = await seed.person(conn, tenant, f"g{i}")
-            await seed.member(conn, tenant, group_id, pupil.id)
-            await seed.guardian(conn, tenant, pupil.id, parent.id)
-    await send_event(engine, tenant, channels=["email"])
-    await run_to_completion(engine, tenant)
+    await queued_emails(engine, tenant, 30)
     monkeypatch.setitem(worker.BATCH_LIMIT, "email", 5)
     monkeypatch.setitem(worker.PACED_LIMIT, "email", 20)
     monkeypatch.setattr(worker, "BATCH_SECONDS", 0.2)
