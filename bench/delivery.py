@@ -57,6 +57,7 @@ from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
 from herald.delivery import queries  # noqa: E402
 from herald.delivery.worker import drain_channel  # noqa: E402
 from herald.kinds.sample import SAMPLE_REGISTRY  # noqa: E402
+from herald.runtime.server import freeze_startup_objects  # noqa: E402
 from herald.secrets.vault import TableVault  # noqa: E402
 
 TENANT = "bench"
@@ -420,6 +421,8 @@ def main() -> None:
                 "deliveries each, one partition a month"
             )
         seed_people(dsn, max(n, process_n))
+        # As `herald worker` does once it has started (its collector settings).
+        freeze_startup_objects()
 
         print(f"\n1. {n:,} queued email deliveries: Herald in-process vs the anchor claim loop")
         for tied in (False, True):

@@ -277,6 +277,8 @@ async def _work(
         application_name="herald-worker",
     )
     stop = asyncio.Event()
+    # Everything alive now lives as long as the process: out of the collector's walks.
+    server.freeze_startup_objects()
     try:
         with server.stop_on_signals(stop):
             await run_worker(
