@@ -9,12 +9,12 @@ bounded, allowlisted detail — never provider text, which can echo the message 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import httpx
 
 from herald.config import Settings
+from herald.values import value
 
 Outcome = Literal["sent", "failed", "skipped"]
 SkipReason = Literal["unconfigured", "mock", "no_destination"]
@@ -23,7 +23,7 @@ MAX_DETAIL = 80
 _DETAIL_ALLOWED = re.compile(r"[^A-Za-z0-9_.:\- ]")
 
 
-@dataclass(frozen=True)
+@value
 class Message:
     """One rendered message to one destination. Bodies live only in memory for the send."""
 
@@ -39,7 +39,7 @@ class Message:
     priority: str = "normal"
 
 
-@dataclass(frozen=True)
+@value
 class ProviderOutcome:
     outcome: Outcome
     retryable: bool = False

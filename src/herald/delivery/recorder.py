@@ -19,7 +19,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -31,6 +30,7 @@ from herald.delivery.backoff import backoff_seconds
 from herald.delivery.queries import OutcomeRows
 from herald.delivery.send import Prepared
 from herald.runtime import outages
+from herald.values import value
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ UNKNOWN_CODES = {
 }
 
 
-@dataclass(frozen=True)
+@value
 class Result:
     """What happened to one claimed delivery: a skip decided before sending, or a provider outcome."""
 

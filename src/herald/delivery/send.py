@@ -12,7 +12,7 @@ to record; the worker sends outside any transaction and hands the outcome to the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from herald.channels.base import Message
@@ -25,13 +25,14 @@ from herald.rendering.render import Override, OverrideKey, Rendered, render
 from herald.rendering.urls import safe_action_url_or_none
 from herald.secrets import service as secrets
 from herald.secrets.vault import Vault
+from herald.values import value
 
 GONE_STATUSES = frozenset({"suspended"})
 # Values a vault secret may carry that redirect the send instead of filling a template (R-CHAN-6..8).
 ADDRESS_OVERRIDES = ("toEmail", "toPhone")
 
 
-@dataclass(frozen=True)
+@value
 class Prepared:
     """One claimed delivery, ready to send (message set) or to record as skipped (skip set)."""
 

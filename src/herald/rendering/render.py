@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from herald.kinds.registry import Kind, Template
 from herald.rendering.escaping import escape_header, escape_html
 from herald.rendering.interpolate import interpolate
 from herald.rendering.telegram import validate_telegram_template
+from herald.values import value
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
 
-@dataclass(frozen=True)
+@value
 class Override:
     """An operator's published override of one (kind, channel, locale)."""
 
@@ -33,7 +33,7 @@ class Override:
     version: int
 
 
-@dataclass(frozen=True)
+@value
 class Rendered:
     """What a channel sends. `body_html` is set for email only, every value HTML-escaped."""
 
