@@ -158,6 +158,11 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: boo
     if vacuum:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
+            # The seed's WAL (with --history, 600,000 rows and more) otherwise starts checkpoints
+            # that run through the measured drain, charging the seed's writes to whichever run
+            # they overlap: 10 µs of PostgreSQL a delivery more in one drain of two
+            # (docs/scaling.md §9.11). pgbench checkpoints before its runs for the same reason.
+            conn.execute("CHECKPOINT")
 
 
 async def herald_path(url: str, n: int) -> float:
