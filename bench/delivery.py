@@ -159,8 +159,8 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: boo
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
             # The seed's WAL (with --history, 600,000 rows and more) otherwise starts checkpoints
-            # that run through the measured drain, charging the seed's writes to whichever run
-            # they overlap: 10 µs of PostgreSQL a delivery more in one drain of two
+            # that go on through the measured drain (logged every 12-14 s, "occurring too
+            # frequently"), charging the seed's writes to whichever run they overlap
             # (docs/scaling.md §9.11). pgbench checkpoints before its runs for the same reason.
             conn.execute("CHECKPOINT")
 
