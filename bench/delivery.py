@@ -146,13 +146,19 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: boo
             )
         # Spread: one row per millisecond over the last hour and beyond, as retries and
         # several events interleave; tied: every row due at the same instant (one batch).
+        # Either way the rows are written in their recipients' order, as the fan-out writes them
+        # (one INSERT … SELECT a page, in person order). Without the ORDER BY, the tied seed's plan
+        # read the recipients through their (event, public id) key — random order — so its claims
+        # walked the recipients at random and every claim and outcome wrote its entries of
+        # recipient_idx and single_target_key at a random leaf page: ~10 µs of PostgreSQL a
+        # delivery that a fan-out's queue never pays (docs/scaling.md §9.12).
         conn.execute(
             "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
             "queued_at, next_attempt_at, occurred_at) SELECT tenant_id, event_id, id, 'email', "
             "'queued', now() - interval '2 hours', CASE WHEN %s THEN now() - interval '1 hour' "
             "ELSE now() - interval '2 hours' + (row_number() OVER (ORDER BY id)) * interval '1 ms' END, "
             "occurred_at "
-            "FROM notification_recipient WHERE event_id = %s",
+            "FROM notification_recipient WHERE event_id = %s ORDER BY id",
             (tied, event_id),
         )
     if vacuum:
