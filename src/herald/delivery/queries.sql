@@ -86,11 +86,14 @@ UPDATE notification_delivery d
 RETURNING d.id, d.tenant_id, d.occurred_at;
 
 -- name: load_send_contexts
--- Everything the send of each claimed row needs, read under the row's tenant (row-level
--- security). person is LEFT JOINed so an erased recipient (user_id NULL) still loads and is
--- recorded as gone instead of vanishing (R-CHAN-5); the push token row is read now, at send
--- time, not at fan-out (R-CHAN-13). The event's variables come as text: every row of a broadcast
--- carries the same document, decoded once per batch by load_send_contexts, not once per row.
+-- Everything the send of each claimed row needs but its event's columns (load_send_events: read
+-- once per event in the batch, not once per row — every row of a broadcast carried the same
+-- kind, variables document, action URL, priority and ids, decoded again on every row), read
+-- under the row's tenant (row-level security). person is LEFT JOINed so an erased recipient
+-- (user_id NULL) still loads and is recorded as gone instead of vanishing (R-CHAN-5); the push
+-- token row is read now, at send time, not at fan-out (R-CHAN-13). Public ids come as text and
+-- the recipient's variables as JSON text: the worker only ever prints the one, and decodes the
+-- other faster than the driver's loader (load_send_contexts).
 -- The claimed rows are read first, on their own, by primary key (MATERIALIZED: planned apart
 -- from the joins). Planned together, a tenant with one event — one row to the planner — was read
 -- event first, and the claimed ids ANDed with that event's (event_id, status) index: every entry
@@ -102,11 +105,9 @@ WITH d AS MATERIALIZED (
      WHERE id = ANY(CAST(:ids AS bigint[]))
        AND occurred_at BETWEEN :first_at AND :last_at
 )
-SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts, d.failure_count,
-       d.claimed_at, d.occurred_at,
-       r.user_id, r.variables AS recipient_variables, r.locale,
-       e.kind, e.variables::text AS event_variables_json, e.action_url, e.priority,
-       e.public_id AS event_public_id, e.origin_request_id, e.traceparent,
+SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.provider_target_id,
+       d.attempts, d.failure_count, d.claimed_at, d.occurred_at, d.event_id,
+       r.user_id, CAST(r.variables AS text) AS recipient_variables_json, r.locale,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
        t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
@@ -130,7 +131,6 @@ SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attemp
           FROM notification_recipient r
          WHERE r.id = d.recipient_id AND r.occurred_at = d.occurred_at
          LIMIT 1) r
-  JOIN notification_event e ON e.id = d.event_id
   LEFT JOIN person p ON p.id = r.user_id
   LEFT JOIN notification_push_token t ON t.id = d.provider_target_id AND d.channel = 'push'
  ORDER BY d.id;
@@ -296,6 +296,14 @@ RETURNING id, public_id, channel;
 UPDATE dead_letter
    SET replayed_at = now(), replayed_by = :actor, replay_job_id = :replay_job_id
  WHERE id = :id AND replayed_at IS NULL;
+
+-- name: load_send_events
+-- The columns of a claimed batch's events, once per event (load_send_contexts' rows carry only the
+-- event's id), under the tenant. The variables come as text, decoded once per event.
+SELECT id, kind, CAST(variables AS text) AS variables_json, action_url, priority,
+       CAST(public_id AS text) AS event_public_id, origin_request_id, traceparent
+  FROM notification_event
+ WHERE id = ANY(CAST(:ids AS bigint[]));
 
 -- name: published_overrides
 -- The published operator overrides of the kinds in a claimed batch, read once per batch.
