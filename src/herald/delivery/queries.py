@@ -32,6 +32,13 @@ def span_of(moments: Iterable[datetime]) -> Span:
     return min(values), max(values)
 
 
+def bigint_array(values: Iterable[int]) -> str:
+    """Integers as the text of a PostgreSQL array, for a `CAST(:x AS bigint[])` parameter: the
+    driver dumps a list element by element in Python (~1 µs an id, 2 µs a delivery of the
+    worker's Python where a batch's ids go back to the server); this is one join."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 def _span_params(span: Span) -> dict[str, datetime]:
     return {"first_at": span[0], "last_at": span[1]}
 
@@ -70,7 +77,9 @@ async def load_send_contexts(
     the driver's loader). With the event's columns on every row, the rows' decoding and the two
     UUID objects a row made were a quarter of the worker's Python a delivery (docs/scaling.md
     §9.12)."""
-    result = await conn.execute(SQL["load_send_contexts"], {"ids": list(ids)} | _span_params(span))
+    result = await conn.execute(
+        SQL["load_send_contexts"], {"ids": bigint_array(ids)} | _span_params(span)
+    )
     keys = list(result.keys())
     contexts = []
     for row in result:
