@@ -1,7 +1,8 @@
 """Channel delivery beside the anchor claim loop, claim cost by queue depth, and 1 vs 2 workers.
 
-    .venv/bin/python bench/delivery.py [--deliveries 50000] [--depths 10000,1000000]
-        [--claims 50] [--workers 1,2] [--process-deliveries N] [--peer-jobs N]
+    .venv/bin/python bench/delivery.py [--deliveries 50000] [--repeat 3] [--history MONTHS]
+        [--depths 10000,1000000] [--claims 50] [--workers 1,2] [--process-deliveries N]
+        [--peer-jobs N]
 
 Everything runs in one database of its own on one server, in one run:
 
@@ -10,7 +11,8 @@ Everything runs in one database of its own on one server, in one run:
    real delivery path in-process (claim, send context, liveness, render, address, provider
    call, batched record with attempt evidence) against a provider that answers instantly;
    then ../shared/anchors/claim_loop.py (a claim → complete loop over a minimal queue table,
-   batch 100) over the same number of rows. Prints Herald / anchor (target >= 0.5).
+   batch 100) over the same number of rows, right after each Herald drain. --repeat such pairs
+   of each; prints each Herald / anchor and their median (target >= 0.5).
 2. Claim cost by queue depth: for each depth, that many queued email deliveries, then
    --claims of Herald's own claim statement (batch 100, as psycopg prepares it), each followed
    by completing its rows. Prints p50 and mean per claim and the deepest / shallowest ratio
@@ -386,6 +388,12 @@ def main() -> None:
     )
     parser.add_argument("--deliveries", type=int, default=50_000)
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="section 1's pairs of Herald and anchor runs, spread and tied (the median is printed)",
+    )
+    parser.add_argument(
         "--depths", type=_ints, default=[10_000, 1_000_000], help="queue depths, comma-separated"
     )
     parser.add_argument("--claims", type=int, default=50, help="claims timed at each depth")
@@ -436,20 +444,36 @@ def main() -> None:
         freeze_startup_objects()
 
         print(f"\n1. {n:,} queued email deliveries: Herald in-process vs the anchor claim loop")
-        for tied in (False, True):
-            seed_queue(dsn, n, tied=tied)
-            cpu = time.process_time()
-            # On the event loop `herald worker` runs on (uvloop where it is installed).
-            with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
-                herald_rate = n / runner.run(herald_path(url, n))
-            herald_cpu = (time.process_time() - cpu) / n * 1e6
-            anchor_rate = anchor(dsn, n, tied=tied)
-            label = "tied  " if tied else "spread"
-            print(
-                f"   {label} herald {herald_rate:8,.0f} deliveries/s   anchor {anchor_rate:8,.0f} "
-                f"rows/s   herald / anchor = {herald_rate / anchor_rate:.2f} (target >= 0.5)"
-            )
-            print(f"          Herald's own CPU per delivery (this process): {herald_cpu:5.0f} us")
+        ratios: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(args.repeat):
+            for tied in (False, True):
+                seed_queue(dsn, n, tied=tied)
+                cpu = time.process_time()
+                # On the event loop `herald worker` runs on (uvloop where it is installed).
+                with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+                    herald_rate = n / runner.run(herald_path(url, n))
+                herald_cpu = (time.process_time() - cpu) / n * 1e6
+                # Each Herald drain beside an anchor run of its own, right after it: on a machine
+                # whose speed drifts by a third within minutes, a ratio of neighbours holds where
+                # either figure alone does not.
+                anchor_rate = anchor(dsn, n, tied=tied)
+                ratios[tied].append(herald_rate / anchor_rate)
+                label = "tied  " if tied else "spread"
+                print(
+                    f"   {label} herald {herald_rate:8,.0f} deliveries/s   anchor "
+                    f"{anchor_rate:8,.0f} rows/s   herald / anchor = "
+                    f"{herald_rate / anchor_rate:.2f} (target >= 0.5)"
+                )
+                print(
+                    f"          Herald's own CPU per delivery (this process): {herald_cpu:5.0f} us"
+                )
+        if args.repeat > 1:
+            for tied in (False, True):
+                each = ", ".join(f"{r:.2f}" for r in ratios[tied])
+                print(
+                    f"   {'tied' if tied else 'spread'}: herald / anchor, median of "
+                    f"{args.repeat} = {statistics.median(ratios[tied]):.2f} ({each})"
+                )
 
         print(f"\n2. claim cost by queue depth ({args.claims} claims of {BATCH} at each depth)")
         p50s: dict[tuple[int, bool], float] = {}
