@@ -70,7 +70,8 @@ async def test_the_tick_keeps_this_month_and_the_next_two_created(
 ) -> None:
     """The maintenance tick creates this month and the next MONTHS_AHEAD wherever one is
     missing, for all three tables, each month with its parent's indexes under the parent's names,
-    its own keys to the month above it, and row-level security."""
+    the delivery's own key to its recipient's month (the attempt has none: 0023), and
+    row-level security."""
     engine, settings = db
     now = datetime.now(UTC)
     later = partitions.Month.of(now).next().next().next()  # one month past what exists
@@ -110,21 +111,30 @@ async def test_the_tick_keeps_this_month_and_the_next_two_created(
             suffix = table.removeprefix(parent_table + "_")
             assert child == f"{parent}_{suffix}", (child, parent, table)
             assert len(child.encode()) <= 63
-        # The month's own keys, delivery → recipient and attempt → delivery of the same month.
+        # The month's own key, delivery → recipient of the same month; an attempt has none to
+        # its delivery (0023: the recorder writes it from the delivery it has just updated).
         keys = dict(
             (
                 await conn.execute(
                     text(
-                        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-                        "WHERE conrelid = to_regclass(:part) AND contype = 'f'"
+                        "SELECT c.relname || '.' || k.conname, pg_get_constraintdef(k.oid) "
+                        "FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid "
+                        "WHERE k.conrelid IN (to_regclass(:delivery), to_regclass(:attempt)) "
+                        "AND k.contype = 'f'"
                     ),
-                    {"part": f"notification_delivery_attempt_{later.suffix}"},
+                    {
+                        "delivery": f"notification_delivery_{later.suffix}",
+                        "attempt": f"notification_delivery_attempt_{later.suffix}",
+                    },
                 )
             ).all()
         )
-        key = keys[f"notification_delivery_attempt_{later.suffix}_delivery_id_fkey"]
-        assert f"REFERENCES notification_delivery_{later.suffix}(id, occurred_at)" in key
+        part = f"notification_delivery_{later.suffix}"
+        key = keys.pop(f"{part}.{part}_recipient_id_fkey")
+        assert f"REFERENCES notification_recipient_{later.suffix}(id, occurred_at)" in key
         assert "ON DELETE CASCADE" in key
+        # The event's key is the parent's (inherited by every month); nothing on the attempt.
+        assert all(name.startswith(f"{part}.") for name in keys), keys
         unsecured = (
             await conn.execute(
                 text(

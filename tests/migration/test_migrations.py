@@ -478,3 +478,77 @@ def test_time_ordered_public_ids_migration(empty_database: str) -> None:
     assert catalog(empty_database) == before_catalog
     again = _ids_by_table(empty_database, "cy")
     assert {u.version for ids in again.values() for u in ids} == {4}
+
+
+ATTEMPT_KEYS = """
+SELECT c.relname, k.conname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+ WHERE c.relname LIKE 'notification_delivery_attempt%' AND k.contype = 'f' ORDER BY 1
+"""
+
+
+def test_attempt_key_migration_on_a_populated_database(empty_database: str) -> None:
+    """0023: every attempt partition loses its key to the delivery (the months, the default and a
+    populated database's legacy partition alike) and keeps its rows; an attempt is still written
+    and retention's delete of a delivery with its attempts still runs; down puts each key back,
+    to the delivery partition of the same month, and 0022's catalog with it."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
+    migrate.upgrade(empty_database, "0022")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0022, {"person": "ben"})
+        conn.execute(
+            "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
+            "attempt_number, occurred_at) SELECT d.tenant_id, d.id, 'sent', 1, d.occurred_at "
+            "FROM notification_delivery d WHERE NOT EXISTS (SELECT 1 FROM "
+            "notification_delivery_attempt a WHERE a.delivery_id = d.id)"
+        )
+        keys = conn.execute(ATTEMPT_KEYS).fetchall()
+        rows = conn.execute(
+            "SELECT tableoid::regclass::text, count(*) FROM notification_delivery_attempt "
+            "GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    # One key a partition at 0022: the legacy one, the default and each month made ahead.
+    parts = {relation for relation, _ in keys}
+    assert {f"notification_delivery_attempt_{s}" for s in ("legacy", "default")} <= parts
+    assert len(keys) == len(parts) >= 2 + partitions.MONTHS_AHEAD + 1
+    assert sum(count for _, count in rows) == 12 + 20
+    before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0023")
+    with psycopg.connect(url) as conn:
+        assert conn.execute(ATTEMPT_KEYS).fetchall() == []
+        assert (
+            conn.execute(
+                "SELECT tableoid::regclass::text, count(*) FROM notification_delivery_attempt "
+                "GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+            == rows
+        )
+        # The delivery's own month key is still there.
+        assert conn.execute(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+            "AND conname LIKE 'notification_delivery_%_recipient_id_fkey'"
+        ).fetchone() == (len(parts),)
+        # Retention's bounded delete shape: the attempts and their deliveries in one statement.
+        deleted = conn.execute(
+            "WITH doomed AS (SELECT id FROM notification_delivery ORDER BY id LIMIT 5), "
+            "a AS (DELETE FROM notification_delivery_attempt WHERE delivery_id IN "
+            "(SELECT id FROM doomed) RETURNING 1), d AS (DELETE FROM notification_delivery "
+            "WHERE id IN (SELECT id FROM doomed) RETURNING 1) "
+            "SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM d)"
+        ).fetchone()
+        assert deleted == (5, 5)
+        conn.rollback()
+    assert partitions.MONTH_KEYS == {
+        "notification_delivery": ("recipient_id", "notification_recipient")
+    }
+
+    migrate.downgrade(empty_database, "0022")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.ForeignKeyViolation):
+        conn.execute(
+            "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
+            "attempt_number, occurred_at) SELECT 't', -1, 'sent', 1, now()"
+        )

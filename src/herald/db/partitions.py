@@ -13,11 +13,18 @@ calendar month, so that retention drops a month in milliseconds instead of delet
   dropped once empty.
 
 A delivery lives in its recipient's month and an attempt in its delivery's, so each month's
-foreign keys run between the month's own partitions (delivery → recipient, attempt → delivery,
-both ON DELETE CASCADE as before). A key on the parent would also hold, but detaching a month of
-a parent that another parent references runs PostgreSQL's "is any row still referencing it" join
-over the whole referencing table under an ACCESS EXCLUSIVE lock (385 ms for 500,000 rows on this
-machine, growing with both tables); per-month keys make the month's DROP a catalog change.
+foreign key runs between the month's own partitions (delivery → recipient, ON DELETE CASCADE as
+before). A key on the parent would also hold, but detaching a month of a parent that another
+parent references runs PostgreSQL's "is any row still referencing it" join over the whole
+referencing table under an ACCESS EXCLUSIVE lock (385 ms for 500,000 rows on this machine,
+growing with both tables); per-month keys make the month's DROP a catalog change.
+
+An attempt has no foreign key to its delivery (migration 0023): its check was 3.8 µs of
+PostgreSQL a delivery, 4-5 % of the delivery rate (docs/scaling.md §9.13). An attempt is written
+only by the recorder's own statement, from the delivery rows that statement has just updated
+(`record_outcomes`' `ended`), so it cannot name a delivery that does not exist; and the only
+deletes of deliveries — retention's bounded deletes and its month drops — take their attempts
+with them explicitly.
 
 The partition's indexes are named after the parent's (`<parent index>_<suffix>`), so a plan
 reads `notification_delivery_due_idx_p2026_12` and a test looking for the parent's index name
@@ -47,7 +54,7 @@ ATTEMPT = "notification_delivery_attempt"
 # Parents before children: a month's foreign keys need the referenced partition first.
 TABLES = (RECIPIENT, DELIVERY, ATTEMPT)
 # child → (its columns, the parent table it references by (id, occurred_at)).
-MONTH_KEYS = {DELIVERY: ("recipient_id", RECIPIENT), ATTEMPT: ("delivery_id", DELIVERY)}
+MONTH_KEYS = {DELIVERY: ("recipient_id", RECIPIENT)}
 KEY = "occurred_at"
 DEFAULT = "default"
 LEGACY = "legacy"

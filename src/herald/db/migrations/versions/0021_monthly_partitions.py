@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from alembic import op
+from sqlalchemy import Connection
 
 from herald.db import partitions, tenancy
 
@@ -39,6 +40,9 @@ depends_on: str | Sequence[str] | None = None
 
 R, D, A = partitions.RECIPIENT, partitions.DELIVERY, partitions.ATTEMPT
 TABLES = (R, D, A)
+# The month keys at this revision (frozen here: herald.db.partitions.MONTH_KEYS dropped the
+# attempt's in 0023, which drops it from the partitions this revision made).
+MONTH_KEYS = {D: ("recipient_id", R), A: ("delivery_id", D)}
 
 # What the partitioned parents carry beyond LIKE's columns, defaults and checks.
 PARTITIONED_KEYS = {
@@ -194,7 +198,7 @@ def _rekey_legacy() -> None:
         op.execute(
             f"ALTER TABLE {legacy} ADD CONSTRAINT {table}_pkey_legacy PRIMARY KEY (id, occurred_at)"
         )
-    for child, (column, parent) in partitions.MONTH_KEYS.items():
+    for child, (column, parent) in MONTH_KEYS.items():
         part, referenced = (partitions.name(t, partitions.LEGACY) for t in (child, parent))
         op.execute(
             f"ALTER TABLE {part} ADD CONSTRAINT {part}_{column}_fkey FOREIGN KEY "
@@ -270,6 +274,29 @@ def upgrade() -> None:
             # The attach reused the matching indexes and built the rest under its own names.
             op.execute(partitions.rename_indexes_sql(legacy, partitions.LEGACY))
     partitions.ensure(bind, partitions.months_from(first, partitions.MONTHS_AHEAD + 1))
+    # The months' attempt → delivery keys, which partitions.ensure made at this revision.
+    for suffix in _suffixes(bind, A):
+        if suffix != partitions.LEGACY:
+            op.execute(_attempt_key(suffix))
+
+
+def _suffixes(bind: Connection, table: str) -> list[str]:
+    return [
+        relation.removeprefix(f"{table}_")
+        for relation in bind.exec_driver_sql(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            f"WHERE i.inhparent = '{table}'::regclass ORDER BY 1"
+        ).scalars()
+    ]
+
+
+def _attempt_key(suffix: str) -> str:
+    part, referenced = partitions.name(A, suffix), partitions.name(D, suffix)
+    return (
+        f'ALTER TABLE "{part}" ADD CONSTRAINT "{part}_delivery_id_fkey" '
+        f'FOREIGN KEY (delivery_id, occurred_at) REFERENCES "{referenced}" (id, occurred_at) '
+        "ON DELETE CASCADE"
+    )
 
 
 def downgrade() -> None:
