@@ -62,6 +62,14 @@ def test_escape_header_collapses_crlf_runs() -> None:
     assert escape_header("a\n\n\rb\rc") == "a b c"
 
 
+@pytest.mark.parametrize("brk", list(LINE_BREAKS))
+def test_escape_header_collapses_each_line_break(brk: str) -> None:
+    """R-RENDER-12, R-RENDER-19: each line break str.splitlines() knows, alone, in a run, at
+    either end (the printable fast path must never let one through)."""
+    assert escape_header(f"a{brk}b") == "a b"
+    assert escape_header(f"{brk}{brk}a{brk}") == " a "
+
+
 @given(st.text())
 def test_escape_header_output_is_one_line(text: str) -> None:
     """R-RENDER-12, R-RENDER-19: no CR, no LF, nothing any line splitter breaks on."""
