@@ -316,13 +316,14 @@ def worker_processes(url: str, dsn: str, n: int, workers: int, log_dir: Path) ->
             seed_queue(dsn, n, tied=False, vacuum=False)
             started = time.perf_counter()
             conn.execute("SELECT pg_notify(%s, '')", (queries.DELIVERY_CHANNEL,))
-            while True:
-                left = conn.execute(
-                    "SELECT count(*) FROM notification_delivery "
-                    "WHERE status IN ('queued', 'processing')"
-                ).fetchone()[0]  # type: ignore[index]
-                if left == 0:
-                    break
+            # Whether any row is still queued or being sent, through the two partial indexes of
+            # those states (a probe each): a count(*) of the queue every 50 ms scanned all 50,000
+            # rows, ~5 ms of one of the two cores' time the workers were being measured on.
+            while conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM notification_delivery WHERE status = 'queued' "
+                "AND channel = 'email') OR EXISTS (SELECT 1 FROM notification_delivery "
+                "WHERE status = 'processing')"
+            ).fetchone()[0]:  # type: ignore[index]
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
             worker_cpu = _spent(cpu_before, _cpu_by_pid(pids))
