@@ -488,9 +488,10 @@ SELECT c.relname, k.conname FROM pg_constraint k JOIN pg_class c ON c.oid = k.co
 
 def test_attempt_key_migration_on_a_populated_database(empty_database: str) -> None:
     """0023: every attempt partition loses its key to the delivery (the months, the default and a
-    populated database's legacy partition alike) and keeps its rows; an attempt is still written
-    and retention's delete of a delivery with its attempts still runs; down puts each key back,
-    to the delivery partition of the same month, and 0022's catalog with it."""
+    populated database's legacy partition alike) and keeps its rows, while each delivery keeps
+    its key to the recipient; a delete of deliveries with their attempts in one statement (the
+    shape of retention's) still runs; down puts each key back, to the delivery partition of the
+    same month, and 0022's catalog with it."""
     url = libpq_url(empty_database)
     migrate.upgrade(empty_database, "0020")
     with psycopg.connect(url) as conn:
