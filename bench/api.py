@@ -310,7 +310,7 @@ async def drive(
     client (a fork and a login on PostgreSQL's side), psycopg preparing each statement on each
     connection after its fifth execution (before that, PostgreSQL plans it every time), and the
     process's own caches. Without it the first second of a run held every request above p99
-    (docs/performance.md, fourth pass), so p99 measured the start-up and not the service.
+    (docs/performance.md, measuring it), so p99 measured the start-up and not the service.
 
     Given several ports (one API process each, `--processes`), the clients take them in turn,
     and the API CPU is the sum over every process in SERVER_PID."""

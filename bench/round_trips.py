@@ -27,7 +27,7 @@ in-app rows per person; every way runs `--transactions` transactions after a war
     and the list reads them (`NULLIF(current_setting(…), '')::BIGINT`) instead of binding them;
     before measuring, the bench checks that this list returns the route's page for every person.
 
-The figures decide where a cut of the API's cost can come from; docs/performance.md (fourth
+The figures decide where a cut of the API's cost can come from; docs/performance.md (measuring
 pass) reads them. Uses HERALD_BENCH_DATABASE_URL or --database-url (the bench creates and drops
 its own database), else the embedded PostgreSQL under .herald/bench. Never part of the test run.
 """
