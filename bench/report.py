@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
 
 from bench import _harness  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
@@ -163,9 +164,14 @@ def commit() -> str:
 
 
 def shown(command: list[str]) -> str:
-    return " ".join(
-        str(Path(c).relative_to(ROOT)) if c.startswith(str(ROOT)) else c for c in command
-    )
+    """The command as a reader reruns it: paths inside the checkout relative, passwords hidden."""
+
+    def part(word: str) -> str:
+        if "://" in word:
+            return make_url(word).render_as_string(hide_password=True)
+        return str(Path(word).relative_to(ROOT)) if word.startswith(str(ROOT)) else word
+
+    return " ".join(part(word) for word in command)
 
 
 def section(result: Run) -> list[str]:
