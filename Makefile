@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: dev test lint fmt unit bench clean
+.PHONY: dev test lint fmt unit bench bench-report clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ unit: $(STAMP)
 
 ## Benchmarks print figures beside a baseline measured in the same run (never pass/fail).
 bench: bench-fanout bench-delivery bench-queue_shapes bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks
+
+## bench/REPORT.md: every bench at a small size beside the claim-loop anchor, with the machine
+## and the date (a few minutes). Options through ARGS, e.g. `ARGS="--anchor path/claim_loop.py"`.
+bench-report: $(BENCH_STAMP)
+	$(BIN)/python bench/report.py $(ARGS)
 
 bench-%: $(BENCH_STAMP)
 	$(BIN)/python bench/$*.py

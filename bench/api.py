@@ -45,8 +45,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,21 +56,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import psycopg
-from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests import history  # noqa: E402
-from tests.conftest import create_database, drop_database  # noqa: E402
-from tests.e2e.harness import HERALD, free_port  # noqa: E402
+from tests.e2e.harness import free_port  # noqa: E402
 
+from bench import _harness  # noqa: E402
 from herald.auth.service import sign_token  # noqa: E402
 from herald.config import Settings  # noqa: E402
-from herald.db import embedded, migrate, partitions  # noqa: E402
+from herald.db import migrate, partitions  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
 
 BENCH_TENANT = "bench"
@@ -80,15 +76,6 @@ INBOX = "/v1/me/notifications"
 
 
 # --- seeding, all server-side -----------------------------------------------------------------
-
-
-def seed_people(conn: psycopg.Connection[Any], tenant: str, people: int) -> None:
-    conn.execute(
-        "INSERT INTO person (tenant_id, external_id, full_name, email, locale) "
-        "SELECT %s, 'p' || g, 'Person ' || g, 'p' || g || '@example.com', 'en' "
-        "FROM generate_series(1, %s) g",
-        (tenant, people),
-    )
 
 
 def seed_inbox(
@@ -154,7 +141,7 @@ def seed_large(conn: psycopg.Connection[Any], args: argparse.Namespace) -> tuple
     """--large's inbox: `--people` people of BENCH_TENANT, the `--heavy` first of them with
     `--heavy-rows` rows each, the rest sharing what is left of `--rows`. Returns the row count
     and the heavy people's external ids (the ones the measurements use)."""
-    seed_people(conn, BENCH_TENANT, args.people)
+    _harness.seed_people(conn, BENCH_TENANT, args.people)
     heavy = [f"p{n}" for n in range(1, args.heavy + 1)]
     rest = max(args.rows - args.heavy * args.heavy_rows, 0)
     # Rounded up, so the inbox holds at least --rows rows.
@@ -213,47 +200,12 @@ def start_api(
     a limited request), else in the process's memory. At the default log level (INFO) the API
     writes its line a request (JSON, redacted) to the log file, as deployed; about 50 µs of CPU a
     request on this machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    environment = {"HERALD_RATE_LIMIT_PER_PERSON": person_limit, "HERALD_LOG_LEVEL": log_level}
     if pool_size is not None:
-        env["HERALD_DB_POOL_SIZE"] = str(pool_size)
+        environment["HERALD_DB_POOL_SIZE"] = str(pool_size)
     if redis_url:
-        env["HERALD_REDIS_URL"] = redis_url
-    env.update(
-        HERALD_DATABASE_URL=url,
-        HERALD_JWT_SECRET=jwt_secret,
-        HERALD_RATE_LIMIT_PER_PERSON=person_limit,
-        HERALD_LOG_LEVEL=log_level,
-        PYTHONUNBUFFERED="1",
-    )
-    proc = subprocess.Popen(
-        [HERALD, "api", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"herald api exited: {log_path.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("herald api never answered /healthz")
-
-
-def stop_process(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        environment["HERALD_REDIS_URL"] = redis_url
+    return _harness.start_api(url, jwt_secret, port, log_path, environment)
 
 
 # --- the load client ------------------------------------------------------------------------
@@ -358,7 +310,7 @@ async def drive(
     client (a fork and a login on PostgreSQL's side), psycopg preparing each statement on each
     connection after its fifth execution (before that, PostgreSQL plans it every time), and the
     process's own caches. Without it the first second of a run held every request above p99
-    (docs/performance.md, fourth pass), so p99 measured the start-up and not the service.
+    (docs/performance.md, measuring it), so p99 measured the start-up and not the service.
 
     Given several ports (one API process each, `--processes`), the clients take them in turn,
     and the API CPU is the sum over every process in SERVER_PID."""
@@ -739,33 +691,6 @@ async def profile_run(url: str, settings: Settings, tokens: list[str], requests:
 # --- main ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BenchDatabase:
-    """A database of the bench's own on the bench server (or the embedded one), and the JWT
-    settings its API runs with."""
-
-    server: str
-    name: str
-    url: str
-    secret: str
-    settings: Settings
-
-    @classmethod
-    def create(
-        cls, database_url: str | None, prefix: str, *, reuse: str | None = None
-    ) -> BenchDatabase:
-        """A new database, or with `reuse` the one of that name a run with --keep left."""
-        server = database_url or embedded.start(ROOT / ".herald" / "bench")
-        if reuse is not None:
-            name = reuse
-            url = make_url(server).set(database=name).render_as_string(hide_password=False)
-        else:
-            name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-            url = create_database(server, name)
-        secret = secrets.token_urlsafe(32)
-        return cls(server, name, url, secret, Settings(database_url=url, jwt_secret=secret))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -820,14 +745,8 @@ def main() -> None:
             parser.error("--reuse needs --large")
         args.keep = True
 
-    bench = BenchDatabase.create(args.database_url, "herald_bench", reuse=args.reuse)
-    server, name, url, secret, settings = (
-        bench.server,
-        bench.name,
-        bench.url,
-        bench.secret,
-        bench.settings,
-    )
+    bench = _harness.BenchDatabase.create(args.database_url, "herald_bench", reuse=args.reuse)
+    name, url, secret, settings = bench.name, bench.url, bench.secret, bench.settings
     procs: list[subprocess.Popen[bytes]] = []
     try:
         migrate.upgrade(url)
@@ -888,11 +807,11 @@ def main() -> None:
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")
     finally:
         for proc in procs:
-            stop_process(proc)
+            _harness.stop_process(proc)
         if args.keep:
             print(f"kept database {name!r}")
         else:
-            drop_database(server, name)
+            bench.drop()
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,9 +33,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import drop_database  # noqa: E402
 from tests.e2e.harness import free_port  # noqa: E402
 
+from bench import _harness  # noqa: E402
 from bench import api as B  # noqa: E402
 from herald.db import migrate  # noqa: E402
 from herald.db.engine import libpq_url  # noqa: E402
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--heavy-rows", type=int, default=5_000)
     args = parser.parse_args()
 
-    bench = B.BenchDatabase.create(args.database_url, "herald_ab")
+    bench = _harness.BenchDatabase.create(args.database_url, "herald_ab")
     url, secret = bench.url, bench.secret
     parent = Path(tempfile.mkdtemp(prefix="herald-ab-"))
     trees = {"A": worktree(parent, "a", args.base), "B": worktree(parent, "b", args.head)}
@@ -141,8 +141,8 @@ def main() -> None:
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")
     finally:
         for proc in procs.values():
-            B.stop_process(proc)
-        drop_database(bench.server, bench.name)
+            _harness.stop_process(proc)
+        bench.drop()
         for tree in trees.values():
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False

@@ -153,7 +153,7 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: boo
         # read the recipients through their (event, public id) key — random order — so its claims
         # walked the recipients at random and every claim and outcome wrote its entries of
         # recipient_idx and single_target_key at a random leaf page: ~10 µs of PostgreSQL a
-        # delivery that a fan-out's queue never pays (docs/scaling.md §9.12).
+        # delivery that a fan-out's queue never pays (docs/scaling.md, the worker).
         conn.execute(
             "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, status, "
             "queued_at, next_attempt_at, occurred_at) SELECT tenant_id, event_id, id, 'email', "
@@ -169,7 +169,7 @@ def seed_queue(dsn: str, n: int, *, tied: bool, people: bool = True, vacuum: boo
             # The seed's WAL (with --history, 600,000 rows and more) otherwise starts checkpoints
             # that go on through the measured drain (logged every 12-14 s, "occurring too
             # frequently"), charging the seed's writes to whichever run they overlap
-            # (docs/scaling.md §9.11). pgbench checkpoints before its runs for the same reason.
+            # (docs/scaling.md, the worker). pgbench checkpoints before its runs for the same reason.
             conn.execute("CHECKPOINT")
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/queue_shapes.py [--deliveries 50000] [--rounds 3] [--batch 100]
 
-docs/scaling.md §2.7 designs a narrow queue table beside notification_delivery and reckons its
+docs/scaling.md ("The narrow queue table") designs a queue table beside notification_delivery and reckons its
 gain from index entries. This bench measures it, on Herald's own migrated schema (partitioned by
 month, every index and constraint as deployed), in one run, SQL only (no Herald Python, so the
 figures are PostgreSQL's share of a delivery alone), for three ways of writing one remote
@@ -11,7 +11,7 @@ delivery's life — queued by the fan-out, claimed, its outcome recorded:
 - `today`: the delivery row is queued, claimed (queued → processing) and ended (→ sent) in
   place: Herald's claim statement as delivery/queries.sql has it, and the recorder's update
   (the same SET list and lease check) with its attempt row.
-- `queue`: §2.7. The delivery row is written `queued` plus a narrow queue row (primary key, one
+- `queue`: that design. The delivery row is written `queued` plus a narrow queue row (primary key, one
   due index); the claim updates only the queue row (its next_attempt_at moves past the lease, so
   an abandoned claim comes due again by itself); the outcome deletes the queue row under the
   lease check, ends the delivery row (queued → sent) and writes the attempt row. The delivery
@@ -306,7 +306,7 @@ def run_shape(
         conn.execute(fanout_sql, {"event": event_id, "after": after, "until": after + FANOUT_BATCH})
     fan_cpu, fan_wall = backend_cpu(conn) - cpu0, time.perf_counter() - wall0
     conn.execute("VACUUM ANALYZE bench_queue" if shape != "today" else f"ANALYZE {D}")
-    # As the worker runs its batches (docs/scaling.md §2.9): the prepared claim and outcome
+    # As the worker runs its batches (docs/scaling.md, generic plans): the prepared claim and outcome
     # under their generic plans, never planned again for each batch's values.
     conn.execute("SET plan_cache_mode = force_generic_plan")
     done = 0

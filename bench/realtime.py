@@ -26,9 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -39,18 +36,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import create_database, drop_database  # noqa: E402
-from tests.e2e.harness import HERALD, free_port  # noqa: E402
+from tests.e2e.harness import free_port  # noqa: E402
 
+from bench import _harness  # noqa: E402
 from herald.auth.service import sign_token  # noqa: E402
 from herald.config import Settings  # noqa: E402
-from herald.db import embedded, migrate  # noqa: E402
+from herald.db import migrate  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402
 from herald.fanout.service import InAppNotice  # noqa: E402
 from herald.fanout.worker import fan_out_next_event  # noqa: E402
@@ -157,13 +153,8 @@ async def run_clients(spec: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def seed_people(url: str, people: int) -> list[str]:
-    externals = [f"p{i}" for i in range(people)]
     with psycopg.connect(libpq_url(url)) as conn:
-        with conn.cursor().copy(
-            "COPY person (tenant_id, external_id, full_name, email, locale) FROM STDIN"
-        ) as copy:
-            for external in externals:
-                copy.write_row((TENANT, external, f"Person {external}", f"{external}@x.test", "en"))
+        externals = _harness.seed_people(conn, TENANT, people)
         conn.execute("ANALYZE person")
     return externals
 
@@ -211,46 +202,6 @@ def notify_baseline(url: str, rounds: int = 20, batch: int = 500) -> list[float]
             for n, _notify in enumerate(listener.notifies(timeout=10, stop_after=len(payloads))):
                 latencies.extend([(time.time() - started) * 1000] * sizes[n])
     return sorted(latencies)
-
-
-def start_api(url: str, jwt_secret: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
-    env.update(
-        HERALD_DATABASE_URL=url,
-        HERALD_JWT_SECRET=jwt_secret,
-        # libpq names every connection of the API's pool after this; the listener names itself.
-        PGAPPNAME=API_APPLICATION_NAME,
-        PYTHONUNBUFFERED="1",
-    )
-    proc = subprocess.Popen(
-        [HERALD, "api", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"herald api exited: {log_path.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("herald api never answered /healthz")
-
-
-def stop_process(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def fan_out(url: str, events: int, sampler_url: str) -> tuple[dict[str, float], float, int]:
@@ -322,18 +273,14 @@ def main() -> None:
         Path(spec["out"]).write_text(json.dumps(asyncio.run(run_clients(spec))))
         return
 
-    server = os.environ.get("HERALD_BENCH_DATABASE_URL") or embedded.start(
-        ROOT / ".herald" / "bench"
-    )
-    name = f"herald_bench_{uuid.uuid4().hex[:8]}"
-    url = create_database(server, name)
+    bench = _harness.BenchDatabase.create(None, "herald_bench")
+    url = bench.url
     work = Path(tempfile.mkdtemp(prefix="herald-bench-realtime-"))
     api: subprocess.Popen[bytes] | None = None
     clients: list[subprocess.Popen[str]] = []
     try:
         migrate.upgrade(url)
-        with psycopg.connect(libpq_url(url)) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        version = bench.server_version()
         externals = seed_people(url, args.people)
         baseline = notify_baseline(url)
         print(
@@ -341,14 +288,14 @@ def main() -> None:
             f"{args.events} events to all of them over in_app = "
             f"{args.people * args.events:,} in-app deliveries; {args.clients} client processes"
         )
-        jwt_secret = secrets.token_urlsafe(32)
-        settings = Settings(jwt_secret=jwt_secret)
         port = free_port()
-        api = start_api(url, jwt_secret, port, work / "api.log")
+        # libpq names every connection of the API's pool after this; the listener names itself.
+        environment = {"PGAPPNAME": API_APPLICATION_NAME}
+        api = _harness.start_api(url, bench.secret, port, work / "api.log", environment)
         time.sleep(1.0)  # let the listener connect
         idle_connections = api_connections(url)
 
-        tokens = [sign_token(settings, tenant_id=TENANT, subject=e) for e in externals]
+        tokens = [sign_token(bench.settings, tenant_id=TENANT, subject=e) for e in externals]
         share = -(-len(tokens) // args.clients)
         outs = []
         opened = time.perf_counter()
@@ -419,8 +366,8 @@ def main() -> None:
                 client.kill()
                 client.wait()
         if api is not None:
-            stop_process(api)
-        drop_database(server, name)
+            _harness.stop_process(api)
+        bench.drop()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ in-app rows per person; every way runs `--transactions` transactions after a war
     and the list reads them (`NULLIF(current_setting(…), '')::BIGINT`) instead of binding them;
     before measuring, the bench checks that this list returns the route's page for every person.
 
-The figures decide where a cut of the API's cost can come from; docs/performance.md (fourth
+The figures decide where a cut of the API's cost can come from; docs/performance.md (measuring
 pass) reads them. Uses HERALD_BENCH_DATABASE_URL or --database-url (the bench creates and drops
 its own database), else the embedded PostgreSQL under .herald/bench. Never part of the test run.
 """
@@ -52,8 +52,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import drop_database  # noqa: E402
 
+from bench import _harness  # noqa: E402
 from bench import api as B  # noqa: E402
 from herald.auth import queries as auth_queries  # noqa: E402
 from herald.auth.service import ActorClaims, live_actor  # noqa: E402
@@ -298,7 +298,7 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    bench = B.BenchDatabase.create(args.database_url, "herald_rt")
+    bench = _harness.BenchDatabase.create(args.database_url, "herald_rt")
     try:
         migrate.upgrade(bench.url)
         tenant, subjects = B.demo_directory(bench.url)
@@ -308,7 +308,7 @@ def main() -> None:
         B.vacuum(bench.url)
         uvloop.run(run(bench.url, tenant, subjects, args))
     finally:
-        drop_database(bench.server, bench.name)
+        bench.drop()
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def _run(main: Coroutine[Any, Any, T], *, fast_loop: bool = False) -> T:
     API, where the loop's own cost is part of every request's, and the worker and the
     scheduler, whose batches make a dozen round trips each: psycopg's wait on every one of them
     registers and unregisters a reader with the loop, and on the standard loop that was a
-    tenth of a worker's CPU a delivery; docs/scaling.md §2.10)."""
+    tenth of a worker's CPU a delivery; docs/scaling.md, the worker)."""
     with _reported_errors():
         try:
             with asyncio.Runner(loop_factory=fast_loop_factory() if fast_loop else None) as runner:

@@ -738,7 +738,7 @@ async def test_slow_provider_never_lets_a_live_workers_leases_expire(
 async def test_a_batch_spanning_months_is_sent_and_recorded_whole(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:
-    """A batch's statements are bounded by its rows' occurred_at (docs/scaling.md §9.2): a retry
+    """A batch's statements are bounded by its rows' occurred_at (docs/scaling.md, partitions): a retry
     of last month's event claimed beside today's send lies in another partition, and both are
     sent, recorded and given their attempt rows in the one batch."""
     from sqlalchemy import text
@@ -840,7 +840,7 @@ async def test_a_fast_provider_earns_larger_claims_and_a_slow_one_keeps_the_floo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A channel's claims are sized to what its provider sent in BATCH_SECONDS on the last full
-    batch, between BATCH_LIMIT and PACED_LIMIT (docs/scaling.md §9.10): a slow provider keeps
+    batch, between BATCH_LIMIT and PACED_LIMIT (docs/scaling.md, the worker): a slow provider keeps
     the floor, one that answers at once earns the ceiling, and every row is sent once."""
     from herald.delivery import worker
 

@@ -226,7 +226,7 @@ async def test_a_batch_is_planned_with_its_values_and_its_key_checks_are_not_rep
     statement from its sixth run, and the server could then settle on one generic plan). And
     the batch's transaction does not force custom plans: that setting also re-plans every saved
     plan the statement runs, the foreign-key check of each row it writes among them — half a
-    batch's server time (docs/scaling.md §10)."""
+    batch's server time (docs/scaling-fanout.md, plans)."""
     event_id, token, claimed = await claimed_school_event(engine, tenant, 14)
     assert claimed.public_id == event_id
     batches = 0
@@ -522,7 +522,7 @@ async def test_a_worker_without_fanout_sends_and_leaves_events_to_the_fanout_pro
             await asyncio.sleep(0.05)
         assert await queued() == 0
         running = {t.get_name() for t in asyncio.all_tasks()}
-        # Email runs three batch loops (delivery.worker.LOOPS_PER_CHANNEL; docs/scaling.md §2.10).
+        # Email runs three batch loops (delivery.worker.LOOPS_PER_CHANNEL; docs/scaling.md, the worker).
         assert {n for n in running if n.startswith("herald-email-")} == {
             "herald-email-0",
             "herald-email-1",

@@ -118,7 +118,7 @@ async def test_a_batch_logs_one_info_line_and_each_failed_call_its_own_warning(
     delivery_settings: Settings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """docs/scaling.md §2.3: at INFO a batch writes one summary line, not one per call; a failed
+    """docs/scaling.md, the worker: at INFO a batch writes one summary line, not one per call; a failed
     call keeps its own WARNING line (the runbook's), and the counters still count every call."""
     async with engine.begin() as conn:
         group_id = await seed.group(conn, tenant, "class-7a")

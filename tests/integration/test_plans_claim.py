@@ -307,7 +307,7 @@ def test_the_send_contexts_read_the_claimed_rows_on_their_own_by_primary_key(
 async def test_a_broadcasts_per_event_statements_never_scan_the_table(
     queue: psycopg.Connection[Any], server_url: str
 ) -> None:
-    """docs/scaling.md §8: with one event dominating the table and statistics that still call it
+    """docs/scaling.md, generic plans: with one event dominating the table and statistics that still call it
     mostly queued, the planner reads the table from its start for the first unfinished row — a
     prefix that grows as a broadcast drains. The scheduler's in-flight check and the bounded
     cancel run through the (event_id, status) index instead, and leave the setting as found."""
@@ -445,7 +445,7 @@ def test_a_batchs_statements_read_only_the_months_of_its_rows(
 async def test_a_workers_batch_runs_its_statements_under_their_generic_plans(
     server_url: str,
 ) -> None:
-    """docs/scaling.md §2.9: the plans this module asserts are the generic ones, and the worker
+    """docs/scaling.md, generic plans: the plans this module asserts are the generic ones, and the worker
     must run those. Left to the server's choice, a prepared claim or outcome write was planned
     again on every execution (a custom plan pruned to its values' months always looks cheaper
     than the generic plan over every month), and planning over the months cost more server CPU

@@ -1,4 +1,4 @@
-"""The long-lived roles run on uvloop's event loop where it is installed (docs/scaling.md §2.10):
+"""The long-lived roles run on uvloop's event loop where it is installed (docs/scaling.md, the worker):
 `herald api`, `herald worker` and `herald scheduler` each ask `_run` for the fast loop, and the
 fast loop is uvloop's."""
 

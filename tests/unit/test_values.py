@@ -1,5 +1,5 @@
 """herald.values.value: the per-delivery objects stay values (equal and hashed by their fields)
-while costing a slotted dataclass's construction (docs/scaling.md §9.11)."""
+while costing a slotted dataclass's construction (docs/scaling.md, the worker)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `notification_recipient`, `notification_delivery` and `notification_delivery_attempt` are
 partitioned by RANGE of `occurred_at` (the event's, copied to each row), one partition per UTC
 calendar month, so that retention drops a month in milliseconds instead of deleting it row by row
-(docs/scaling.md §9). Beside the months:
+(docs/scaling.md, partitions). Beside the months:
 
 - `<table>_default` (DEFAULT) takes a row no month holds: a month that was never created (the
   maintenance tick stopped for longer than it creates ahead) or one already dropped. Nothing is
@@ -20,7 +20,7 @@ referencing table under an ACCESS EXCLUSIVE lock (385 ms for 500,000 rows on thi
 growing with both tables); per-month keys make the month's DROP a catalog change.
 
 An attempt has no foreign key to its delivery (migration 0023): its check was 3.8 µs of
-PostgreSQL a delivery, 5 % of the delivery rate (docs/scaling.md §9.13). An attempt is written
+PostgreSQL a delivery, 5 % of the delivery rate (docs/scaling.md, index maintenance). An attempt is written
 only by the recorder's own statement, from the delivery rows that statement has just updated
 (`record_outcomes`' `ended`), so it cannot name a delivery that does not exist; and the only
 deletes of deliveries — retention's bounded deletes and its month drops — take their attempts

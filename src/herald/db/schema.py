@@ -86,7 +86,7 @@ def _public_id(*, unique: bool = True, time_ordered: bool = False) -> Column[obj
     (the event, its recipients and deliveries, their dead letters and webhook messages): a random
     (version-4) key lands each insert, and each non-HOT update's new index entry, on a random leaf
     of its unique index, which past shared_buffers is a page read and a dirty page written per
-    row; a version-7 key lands them on the index's newest leaves (docs/scaling.md §9.8). Its 74
+    row; a version-7 key lands them on the index's newest leaves (docs/scaling.md, index maintenance). Its 74
     random bits keep it unguessable; it tells whoever holds it when the row was made, which each
     of these rows already shows beside it. A person's, a key's or a group's id stays random: it
     would tell when the account was made, and those tables are small."""

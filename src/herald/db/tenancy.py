@@ -96,7 +96,7 @@ async def enter_tenant(
 # after psycopg prepared the claim the server still planned it on every execution (150 custom
 # plans of 150 claims, pg_prepared_statements), and planning a statement over ten month
 # partitions costs more than running it: 6.3-7.1 ms of server CPU a claim of 100, against
-# 3.4-3.9 ms under the generic plan (docs/scaling.md §2.9). Transaction-local, like the tenant:
+# 3.4-3.9 ms under the generic plan (docs/scaling.md, generic plans). Transaction-local, like the tenant:
 # the fan-out's audience pages, which want a custom plan for their values (compiled.unprepared),
 # never run under it.
 QUEUE_PLANNER_SETTINGS = (("plan_cache_mode", "force_generic_plan"),)

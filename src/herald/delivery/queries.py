@@ -75,8 +75,8 @@ async def load_send_contexts(
 
     JSON is decoded by pydantic-core (0.15 µs for a recipient's `{"name": …}` against 1.7 µs for
     the driver's loader). With the event's columns on every row, the rows' decoding and the two
-    UUID objects a row made were a quarter of the worker's Python a delivery (docs/scaling.md
-    §9.12)."""
+    UUID objects a row made were a quarter of the worker's Python a delivery (docs/scaling.md,
+    the worker's round trips)."""
     result = await conn.execute(
         SQL["load_send_contexts"], {"ids": bigint_array(ids)} | _span_params(span)
     )
@@ -178,7 +178,7 @@ class OutcomeRows:
         rows = list(zip(*(getattr(self, name) for name in self.COLUMNS), strict=True))
         # pydantic-core's serialiser (a dependency already, through pydantic): 0.6 µs a row
         # against the standard library's 2.0 with a callback a timestamp, 2-3 % of the worker's
-        # CPU a delivery (docs/scaling.md §9.10). claimed_at is the lease token, compared for
+        # CPU a delivery (docs/scaling.md, the worker). claimed_at is the lease token, compared for
         # equality: an aware datetime is written as RFC 3339 with every microsecond and its
         # offset, so the timestamptz read back is the one claimed.
         return {
@@ -330,7 +330,7 @@ async def _through_an_index(conn: AsyncConnection) -> AsyncIterator[None]:
     dominates the table (a new platform's first national broadcast) and the statistics still
     describe it as mostly queued, the planner expects the first match within a few rows and
     scans the table from its start — but the unfinished rows are the newest, at its end: a
-    sequential prefix that grows with the drain (docs/scaling.md §8). Their index answers in
+    sequential prefix that grows with the drain (docs/scaling.md, generic plans). Their index answers in
     probes whatever the estimates say, but only as a plain index scan: a bitmap scan (the
     planner's choice for a few hundred expected rows) reads every index entry the drain has left
     behind for the event's in-flight states — each status change is a new entry, the old one

@@ -48,7 +48,7 @@ RECORD_AFTER_SECONDS = 1.0
 # about ten statements whatever its size (the claim's transaction, its tenant and planner
 # settings, the send contexts, the overrides, the recorder's write), and with a provider that
 # answers at once that fixed cost was a fifth of a delivery — batches of 1,000 drained 16,000
-# email deliveries a second where batches of 200 drained 12,700 (docs/scaling.md §9.10). A claim
+# email deliveries a second where batches of 200 drained 12,700 (docs/scaling.md, the worker). A claim
 # is sized to what the provider sent in BATCH_SECONDS at its pace on the last full batch, between
 # BATCH_LIMIT and PACED_LIMIT: a provider that sends 100 emails a second keeps batches of 200,
 # so rows are never held by one worker much longer than today while another could send them.
@@ -326,7 +326,7 @@ class _Sends:
             # row: the channel's loops share the gate, so three email loops' twelve senders
             # queued at a gate of four, and taking and giving back a place for every row — the
             # standard semaphore walks its waiters on each acquire — was 5 % of the worker's CPU
-            # a delivery with a fast provider (docs/scaling.md §9.10). At most the channel's
+            # a delivery with a fast provider (docs/scaling.md, the worker). At most the channel's
             # concurrency of rows are still being sent at once, process-wide; a loop whose
             # senders wait here meanwhile claims, records and renews its leases as before.
             async with self.gate:
@@ -466,9 +466,9 @@ def _overrides(
 # milliseconds — take three: with two, a million-person broadcast's senders fell behind its
 # fan-out and drained the rest alone once it completed
 # (24-45 s); with three they kept pace, the machine stayed 1.91 of 2 cores busy instead of
-# 1.80, and the broadcast completed 8 % sooner on 3 % less CPU (docs/scaling.md §2.10). Four —
+# 1.80, and the broadcast completed 8 % sooner on 3 % less CPU (docs/scaling.md, the worker). Four —
 # a second senders process on the same two cores — made it slower: each loop's claim walks
-# past the rows the others hold (§9.4).
+# past the rows the others hold.
 LOOPS_PER_CHANNEL = {"email": 3, "push": 3}
 DEFAULT_LOOPS = 2  # SMS and Telegram: small batches behind slow, rate-limited providers
 

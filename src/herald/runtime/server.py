@@ -57,9 +57,9 @@ def freeze_startup_objects() -> None:
     gen-2 pauses of up to 64 ms were the API's p99 at 16 clients (docs/performance.md), and the
     collector was a fifth of the worker's Python a delivery with a fast provider (8.5 of 40 µs;
     1.1 µs with this), the in-process drain 16,000 → 19,500 deliveries a second
-    (docs/scaling.md §9.11). The worker was once left out because a 1,000,000-person broadcast
-    ran slower with this and the JSON outcome batch together; the bisection (§8) put all of that
-    on the outcome batch's plan, since fixed (§10), and none on this."""
+    (docs/scaling.md, the worker). The worker was once left out because a 1,000,000-person broadcast
+    ran slower with this and the JSON outcome batch together; a bisection put all of that
+    on the outcome batch's plan, since fixed (docs/scaling.md, generic plans), and none on this."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 10)

@@ -283,7 +283,7 @@ class ChannelWakes:
     of the rows its batch queued, comma-separated — wakes those channels' loops only; an empty
     payload (every other writer's) wakes every channel. An email-only broadcast used to wake the
     SMS, push and Telegram loops on each of its batches, each to run a claim that found nothing:
-    1,220 empty claims beside 501 full ones at 100,000 people (docs/scaling.md §9.3)."""
+    1,220 empty claims beside 501 full ones at 100,000 people (docs/scaling.md, the worker)."""
 
     def __init__(self, channels: Iterable[str]) -> None:
         self.events = {channel: asyncio.Event() for channel in channels}

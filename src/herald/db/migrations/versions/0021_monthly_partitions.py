@@ -5,7 +5,7 @@ Revises: 0020
 Create Date: 2026-12-03 11:30:00.000000
 
 Retention then drops a whole month instead of deleting it row by row (herald.db.partitions,
-docs/scaling.md §9). The delivery and the attempt get the event's `occurred_at` (copied from the
+docs/scaling.md, partitions). The delivery and the attempt get the event's `occurred_at` (copied from the
 recipient, then from the delivery) as their partition key; every unique key gains it, as
 PostgreSQL requires; the keys between the three tables become each month's own.
 

@@ -10,7 +10,7 @@ leaf of the table's public-id unique index, and so does every non-HOT update (a 
 written three times: queued, claimed, ended); once the index outgrows shared_buffers each of
 those is a page read and a dirty page to write. A version-7 id (RFC 9562: 48 bits of Unix
 milliseconds, the version, 74 random bits) puts them on the index's newest leaves
-(docs/scaling.md §9.8). The expression is written out rather than PostgreSQL 18's uuidv7(), so
+(docs/scaling.md, index maintenance). The expression is written out rather than PostgreSQL 18's uuidv7(), so
 that every supported server has the same default.
 
 Only the column default changes: a catalog update on each table and partition (a brief ACCESS

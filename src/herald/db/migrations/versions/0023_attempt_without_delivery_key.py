@@ -7,7 +7,7 @@ Create Date: 2026-12-05 11:30:00.000000
 Each month's `notification_delivery_attempt_<month>_delivery_id_fkey` checked every attempt row
 the recorder writes: one index probe and a key-share lock of the delivery row for each, 3.8 µs
 of PostgreSQL a delivery, and the in-process delivery rate 5.3 % lower with it than without
-(ten drains each, alternating: docs/scaling.md §9.13). It guarded nothing Herald can do wrong:
+(ten drains each, alternating: docs/scaling.md, index maintenance). It guarded nothing Herald can do wrong:
 
 - an attempt is written only by `record_outcomes`, from the rows of its own `UPDATE … RETURNING`
   of the deliveries (the `ended` step), so it names a delivery that exists, in its month;
