@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -74,6 +75,13 @@ def last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     assert lines, "the command printed nothing on standard output"
     return lines[-1].strip()
+
+
+def banner_value(label: str, text: str) -> str:
+    """The value on a line of `herald dev`'s banner (`  API key  hk_…`)."""
+    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
+    assert found, f"no {label!r} line in:\n{text}"
+    return found.group(1)
 
 
 class HeraldProcess:

@@ -24,8 +24,15 @@ import pytest
 from herald.db.engine import libpq_url
 from herald.demo.school import SCHOOL
 from tests.conftest import create_database, drop_database
-from tests.e2e.harness import WAIT_MS, HeraldProcess, Tab, evidence, free_port, open_tab
-from tests.e2e.test_demo_page import _banner_value
+from tests.e2e.harness import (
+    WAIT_MS,
+    HeraldProcess,
+    Tab,
+    banner_value,
+    evidence,
+    free_port,
+    open_tab,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -74,8 +81,8 @@ def dev(
         ]
         assert len(links) == 2, text
         yield ConsoleDev(
-            base_url=_banner_value("API", text),
-            api_key=_banner_value("API key", text),
+            base_url=banner_value("API", text),
+            api_key=banner_value("API key", text),
             database_url=database_url,
             operator_link=links[0],
             approver_link=links[1],

@@ -13,7 +13,6 @@ announcement carries a unique title (the announcement kind folds identical ones 
 
 from __future__ import annotations
 
-import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,15 @@ import pytest
 
 from herald.demo import web
 from tests.conftest import create_database, drop_database
-from tests.e2e.harness import WAIT_MS, HeraldProcess, Tab, evidence, free_port, screenshot
+from tests.e2e.harness import (
+    WAIT_MS,
+    HeraldProcess,
+    Tab,
+    banner_value,
+    evidence,
+    free_port,
+    screenshot,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -76,12 +83,6 @@ class Dev:
         return token
 
 
-def _banner_value(label: str, text: str) -> str:
-    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
-    assert found, f"no {label!r} line in:\n{text}"
-    return found.group(1)
-
-
 @pytest.fixture(scope="module")
 def dev(
     e2e_env: dict[str, str], server_url: str, tmp_path_factory: pytest.TempPathFactory
@@ -100,10 +101,10 @@ def dev(
     process = HeraldProcess(["dev", "--port", str(port)], env, folder / "dev.log")
     try:
         text = process.wait_for_output("Ctrl-C stops.")
-        base_url = _banner_value("API", text)
-        assert _banner_value("demo page", text) == f"{base_url}/"
-        assert _banner_value("outbox", text) == f"{base_url}/outbox"
-        yield Dev(base_url=base_url, api_key=_banner_value("API key", text), process=process)
+        base_url = banner_value("API", text)
+        assert banner_value("demo page", text) == f"{base_url}/"
+        assert banner_value("outbox", text) == f"{base_url}/outbox"
+        yield Dev(base_url=base_url, api_key=banner_value("API key", text), process=process)
     finally:
         status = process.stop(signal.SIGINT)  # as Ctrl-C
         drop_database(server_url, name)
