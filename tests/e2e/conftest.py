@@ -1,16 +1,21 @@
-"""Fixtures that run `herald` as real processes against the session's test database."""
+"""Fixtures that run `herald` as real processes against the session's test database, and the
+browser that drives its pages."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import JWT_SECRET
 from tests.e2e.failover_cluster import FailoverCluster, unavailable_reason
-from tests.e2e.harness import HeraldProcess, free_port, herald_env
+from tests.e2e.harness import HeraldProcess, Tab, free_port, herald_env, launch_browser, open_tab
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +62,18 @@ def failover_cluster() -> Iterator[FailoverCluster]:
         pytest.skip(f"failover tests skipped: {reason}")
     with FailoverCluster.create() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright; every browser test goes through this fixture, so
+    without a browser they skip (or, in CI, fail) with the reason."""
+    with launch_browser() as launched:
+        yield launched
+
+
+@pytest.fixture
+def tab(browser: Browser) -> Iterator[Tab]:
+    """A page of its own for one test, 1280 × 900; its console errors fail the test (`evidence`)."""
+    with open_tab(browser, 1280, 900) as opened:
+        yield opened

@@ -1,23 +1,37 @@
-"""Real `herald` processes for end-to-end tests: start, wait until they answer, stop for sure.
+"""Real processes for end-to-end tests: `herald` commands, and the browser that drives its pages.
 
-Each process writes its output to a file (never a pipe, which would block a chatty process once
-its buffer fills); a failure message carries the tail of that file. Stopping sends SIGTERM, waits,
-and kills only when the process does not exit in time — so a test can also assert on the exit
-status of a graceful stop.
+Each herald process writes its output to a file (never a pipe, which would block a chatty process
+once its buffer fills); a failure message carries the tail of that file. Stopping sends SIGTERM,
+waits, and kills only when the process does not exit in time — so a test can also assert on the
+exit status of a graceful stop.
+
+The browser is Debian's `chromium` (/usr/bin/chromium) driven by Playwright for Python; no
+browser is downloaded. Every browser test gets it through the `browser` fixture
+(tests/e2e/conftest.py), so without Playwright or Chromium they skip and say why — or, with
+HERALD_TEST_BROWSER=required (CI), fail.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 # The console script installed next to this interpreter (`pip install -e .` puts it there).
 HERALD = str(Path(sys.executable).with_name("herald"))
@@ -61,6 +75,13 @@ def last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     assert lines, "the command printed nothing on standard output"
     return lines[-1].strip()
+
+
+def banner_value(label: str, text: str) -> str:
+    """The value on a line of `herald dev`'s banner (`  API key  hk_…`)."""
+    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
+    assert found, f"no {label!r} line in:\n{text}"
+    return found.group(1)
 
 
 class HeraldProcess:
@@ -154,3 +175,128 @@ def wait_for_inbox(
     raise AssertionError(
         f"the inbox never held {at_least} item(s); last answer: {last and last.text}"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The browser: Debian's Chromium under Playwright.
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# Upper bounds for waits, never expectations of speed.
+WAIT_MS = 30_000
+
+
+def _browser_missing() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return (
+            "Playwright for Python is not installed (it is in the dev extra: "
+            "pip install -e '.[dev]'); it drives the demo-page browser tests"
+        )
+    if not CHROMIUM.exists():
+        return (
+            f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium) "
+            "to run the demo-page browser tests"
+        )
+    return None
+
+
+BROWSER_MISSING = _browser_missing()
+# .ci/run sets this: there a missing browser fails the browser tests instead of skipping them.
+BROWSER_REQUIRED = os.environ.get("HERALD_TEST_BROWSER") == "required"
+
+
+@contextmanager
+def launch_browser() -> Iterator[Browser]:
+    """Chromium, headless; without it the calling test skips (or, in CI, fails) with the reason."""
+    if BROWSER_MISSING is not None:
+        if BROWSER_REQUIRED:
+            pytest.fail(f"HERALD_TEST_BROWSER=required, but {BROWSER_MISSING}")
+        pytest.skip(BROWSER_MISSING)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@dataclass
+class Tab:
+    """One page, and what its console said (errors fail the test that opened it)."""
+
+    page: Page
+    problems: list[str]
+
+
+@contextmanager
+def open_tab(browser: Browser, width: int, height: int, *, listen: bool = True) -> Iterator[Tab]:
+    """A page in a fresh context (no cookies from another test) at this viewport. With `listen`,
+    the page's console errors and uncaught exceptions are collected in the tab's problems."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    problems: list[str] = []
+    if listen:
+        page.on(
+            "console",
+            lambda message: (
+                problems.append(f"console {message.type}: {message.text}")
+                if message.type == "error"
+                else None
+            ),
+        )
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    try:
+        yield Tab(page, problems)
+    finally:
+        context.close()
+
+
+def screenshot(page: Page, name: str, *, whole: bool = False) -> Path:
+    """Save a PNG under test-artifacts/. `whole` first grows the viewport to the page's height:
+    Chromium paints the sandboxed (cross-origin) preview frames only inside the viewport."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    if whole:
+        height = int(page.evaluate("() => document.documentElement.scrollHeight"))
+        page.set_viewport_size({"width": 1280, "height": min(max(height, 900), 8000)})
+        page.evaluate(
+            "() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 300)))"
+        )
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@contextmanager
+def evidence(tab: Tab, name: str, *, expected: tuple[str, ...] = ()) -> Iterator[None]:
+    """On a failure, save the page's screenshot and name it (and the console's errors) in the
+    report; on success, insist the console stayed free of errors other than `expected` ones."""
+    try:
+        yield
+        unexpected = [p for p in tab.problems if not any(e in p for e in expected)]
+        assert not unexpected, "the page logged errors:\n" + "\n".join(unexpected)
+    except BaseException as failure:
+        try:
+            path = screenshot(tab.page, f"{name}-failure")
+            note = f"screenshot of the page at the failure: {path}"
+        except Exception as exc:  # the page may be gone; the failure itself matters more
+            note = f"no screenshot ({type(exc).__name__}: {exc})"
+        print(note)
+        failure.add_note(note)
+        if tab.problems:
+            failure.add_note("the page logged:\n" + "\n".join(tab.problems))
+        raise

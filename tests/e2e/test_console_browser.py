@@ -24,9 +24,15 @@ import pytest
 from herald.db.engine import libpq_url
 from herald.demo.school import SCHOOL
 from tests.conftest import create_database, drop_database
-from tests.e2e.harness import HeraldProcess, free_port
-from tests.e2e.test_demo_page import WAIT_MS, Tab, _banner_value, evidence
-from tests.e2e.test_demo_page import browser as browser
+from tests.e2e.harness import (
+    WAIT_MS,
+    HeraldProcess,
+    Tab,
+    banner_value,
+    evidence,
+    free_port,
+    open_tab,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -75,8 +81,8 @@ def dev(
         ]
         assert len(links) == 2, text
         yield ConsoleDev(
-            base_url=_banner_value("API", text),
-            api_key=_banner_value("API key", text),
+            base_url=banner_value("API", text),
+            api_key=banner_value("API key", text),
             database_url=database_url,
             operator_link=links[0],
             approver_link=links[1],
@@ -89,23 +95,9 @@ def dev(
 
 @pytest.fixture
 def tab(browser: Browser) -> Iterator[Tab]:
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console {message.type}: {message.text}")
-            if message.type == "error"
-            else None
-        ),
-    )
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    try:
-        yield Tab(page, problems)
-    finally:
-        context.close()
+    """Wider than the conftest's tab: the console's tables are laid out for a desktop."""
+    with open_tab(browser, 1440, 900) as opened:
+        yield opened
 
 
 def _sign_in(page: Page, link: str) -> None:
@@ -324,21 +316,19 @@ def test_readable_at_phone_and_desktop_widths(
 ) -> None:
     """No page scrolls sideways (wide tables scroll inside their own box), and the keyboard
     reaches the skip link first and the navigation next."""
-    context = browser.new_context(viewport={"width": width, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    try:
-        with evidence(Tab(page, []), f"console-{width}"):
-            _sign_in(page, dev.operator_link)
-            for path in ("/console/history", f"/console/events/{event}", "/console/templates"):
-                page.goto(f"{dev.base_url}{path}")
-                overflow = page.evaluate(
-                    "() => document.documentElement.scrollWidth - window.innerWidth"
-                )
-                assert overflow <= 0, (path, overflow)
-            page.keyboard.press("Tab")
-            assert page.evaluate("() => document.activeElement.textContent") == "Skip to content"
-            page.keyboard.press("Tab")
-            assert page.evaluate("() => document.activeElement.textContent") == "History"
-    finally:
-        context.close()
+    with (
+        open_tab(browser, width, 800, listen=False) as opened,
+        evidence(opened, f"console-{width}"),
+    ):
+        page = opened.page
+        _sign_in(page, dev.operator_link)
+        for path in ("/console/history", f"/console/events/{event}", "/console/templates"):
+            page.goto(f"{dev.base_url}{path}")
+            overflow = page.evaluate(
+                "() => document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, (path, overflow)
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.textContent") == "Skip to content"
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.textContent") == "History"

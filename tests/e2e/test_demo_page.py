@@ -13,15 +13,10 @@ announcement carries a unique title (the announcement kind folds identical ones 
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import re
 import signal
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -29,25 +24,18 @@ import pytest
 
 from herald.demo import web
 from tests.conftest import create_database, drop_database
-from tests.e2e.harness import HeraldProcess, free_port
+from tests.e2e.harness import (
+    WAIT_MS,
+    HeraldProcess,
+    Tab,
+    banner_value,
+    evidence,
+    free_port,
+    screenshot,
+)
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-# Upper bounds for waits, never expectations of speed.
-WAIT_MS = 30_000
+    from playwright.sync_api import Page
 
 GUARDIAN = ("ramesh-shrestha", "guardian")  # in 7A and 8A; push, Telegram and an SMS opt-in
 GUARDIAN_PHONE = "+9779840000001"
@@ -57,27 +45,8 @@ GUARDIAN_EMAIL = "ramesh.shrestha@example.com"
 ALL_CHANNELS = ["in_app", "email", "push", "sms", "telegram"]
 
 
-def _browser_missing() -> str | None:
-    if importlib.util.find_spec("playwright") is None:
-        return (
-            "Playwright for Python is not installed (it is in the dev extra: "
-            "pip install -e '.[dev]'); it drives the demo-page browser tests"
-        )
-    if not CHROMIUM.exists():
-        return (
-            f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium) "
-            "to run the demo-page browser tests"
-        )
-    return None
-
-
-BROWSER_MISSING = _browser_missing()
-# .ci/run sets this: there a missing browser fails the browser tests instead of skipping them.
-BROWSER_REQUIRED = os.environ.get("HERALD_TEST_BROWSER") == "required"
-
-
 # ---------------------------------------------------------------------------------------------
-# `herald dev` and the browser
+# `herald dev`
 
 
 @dataclass(frozen=True)
@@ -114,12 +83,6 @@ class Dev:
         return token
 
 
-def _banner_value(label: str, text: str) -> str:
-    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
-    assert found, f"no {label!r} line in:\n{text}"
-    return found.group(1)
-
-
 @pytest.fixture(scope="module")
 def dev(
     e2e_env: dict[str, str], server_url: str, tmp_path_factory: pytest.TempPathFactory
@@ -138,99 +101,14 @@ def dev(
     process = HeraldProcess(["dev", "--port", str(port)], env, folder / "dev.log")
     try:
         text = process.wait_for_output("Ctrl-C stops.")
-        base_url = _banner_value("API", text)
-        assert _banner_value("demo page", text) == f"{base_url}/"
-        assert _banner_value("outbox", text) == f"{base_url}/outbox"
-        yield Dev(base_url=base_url, api_key=_banner_value("API key", text), process=process)
+        base_url = banner_value("API", text)
+        assert banner_value("demo page", text) == f"{base_url}/"
+        assert banner_value("outbox", text) == f"{base_url}/outbox"
+        yield Dev(base_url=base_url, api_key=banner_value("API key", text), process=process)
     finally:
         status = process.stop(signal.SIGINT)  # as Ctrl-C
         drop_database(server_url, name)
     assert status == 0, process.describe()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Debian's Chromium under Playwright; every browser test goes through this fixture, so
-    without a browser they skip (or, in CI, fail) with the reason."""
-    if BROWSER_MISSING is not None:
-        if BROWSER_REQUIRED:
-            pytest.fail(f"HERALD_TEST_BROWSER=required, but {BROWSER_MISSING}")
-        pytest.skip(BROWSER_MISSING)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@dataclass
-class Tab:
-    """One page, and what its console said (errors fail the test that opened it)."""
-
-    page: Page
-    problems: list[str]
-
-
-@pytest.fixture
-def tab(browser: Browser) -> Iterator[Tab]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console {message.type}: {message.text}")
-            if message.type == "error"
-            else None
-        ),
-    )
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    try:
-        yield Tab(page, problems)
-    finally:
-        context.close()
-
-
-def _screenshot(page: Page, name: str, *, whole: bool = False) -> Path:
-    """Save a PNG under test-artifacts/. `whole` first grows the viewport to the page's height:
-    Chromium paints the sandboxed (cross-origin) preview frames only inside the viewport."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    if whole:
-        height = int(page.evaluate("() => document.documentElement.scrollHeight"))
-        page.set_viewport_size({"width": 1280, "height": min(max(height, 900), 8000)})
-        page.evaluate(
-            "() => new Promise((done) => requestAnimationFrame(() => setTimeout(done, 300)))"
-        )
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
-
-@contextmanager
-def evidence(tab: Tab, name: str, *, expected: tuple[str, ...] = ()) -> Iterator[None]:
-    """On a failure, save the page's screenshot and name it (and the console's errors) in the
-    report; on success, insist the console stayed free of errors other than `expected` ones."""
-    try:
-        yield
-        unexpected = [p for p in tab.problems if not any(e in p for e in expected)]
-        assert not unexpected, "the page logged errors:\n" + "\n".join(unexpected)
-    except BaseException as failure:
-        try:
-            path = _screenshot(tab.page, f"{name}-failure")
-            note = f"screenshot of the page at the failure: {path}"
-        except Exception as exc:  # the page may be gone; the failure itself matters more
-            note = f"no screenshot ({type(exc).__name__}: {exc})"
-        print(note)
-        failure.add_note(note)
-        if tab.problems:
-            failure.add_note("the page logged:\n" + "\n".join(tab.problems))
-        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +268,7 @@ def test_badge_follows_the_live_stream_and_mark_read(dev: Dev, tab: Tab) -> None
         _expect_badge(page, before + 1)
         page.locator("#inbox li.item").filter(has_text=title).wait_for()
         assert page.evaluate("window.__sameDocument") == "not reloaded"
-        _screenshot(page, "demo-page", whole=True)
+        screenshot(page, "demo-page", whole=True)
 
         page.click("#mark-all")
         _expect_badge(page, 0)
@@ -508,7 +386,7 @@ def test_outbox_shows_what_each_mock_recorded(dev: Dev, tab: Tab) -> None:
         assert heading.text_content() == title
         assert messages("email").count() > 1  # the other 7A guardians got email too
 
-        _screenshot(page, "demo-outbox", whole=True)
+        screenshot(page, "demo-outbox", whole=True)
 
 
 def test_ctrl_c_stops_herald_dev_while_the_page_is_live(dev: Dev, tab: Tab) -> None:

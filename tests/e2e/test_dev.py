@@ -9,15 +9,9 @@ from pathlib import Path
 import httpx
 
 from herald.demo.dev import absence_followup
-from tests.e2e.harness import HeraldProcess, free_port, wait_for_inbox
+from tests.e2e.harness import HeraldProcess, banner_value, free_port, wait_for_inbox
 
 BANNER_END = "Ctrl-C stops."
-
-
-def _banner_value(label: str, text: str) -> str:
-    found = re.search(rf"^\s+{label}\s+(\S+)", text, re.MULTILINE)
-    assert found, f"no {label!r} line in:\n{text}"
-    return found.group(1)
 
 
 def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
@@ -36,10 +30,10 @@ def test_dev_serves_the_demo_school_and_reruns_with_the_same_key(
         dev = HeraldProcess(["dev", "--port", str(port)], env, tmp_path / f"dev-{run}.log")
         try:
             text = dev.wait_for_output(BANNER_END)
-            base_url = _banner_value("API", text)
+            base_url = banner_value("API", text)
             assert base_url == f"http://127.0.0.1:{port}"
-            key = _banner_value("API key", text)
-            token = _banner_value("token", text)
+            key = banner_value("API key", text)
+            token = banner_value("token", text)
             keys.append(key)
             assert "curl -sS -X POST" in text and "/v1/me/notifications" in text
             # Two console sign-in links: the principal (every permission) and the deputy (the

@@ -3,7 +3,7 @@
 A static host page (served by a second local HTTP server, so another origin) embeds the element
 with one script tag and a token provider; `herald api` runs with that origin, and only that one,
 in HERALD_CORS_ORIGINS, beside a `herald worker`. The browser is Debian's chromium under
-Playwright, as in test_demo_page.py (whose fixtures this module shares).
+Playwright, through tests/e2e/conftest.py's `browser` and `tab` fixtures.
 """
 
 from __future__ import annotations
@@ -27,13 +27,7 @@ import pytest
 from herald.auth import service as auth
 from herald.config import Settings
 from herald.db.engine import libpq_url
-from tests.e2e import test_demo_page as demo
-from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli
-from tests.e2e.test_demo_page import WAIT_MS, Tab, evidence
-
-# The demo page's browser fixtures: Debian's Chromium under Playwright, one tab per test.
-browser = demo.browser
-tab = demo.tab
+from tests.e2e.harness import WAIT_MS, HeraldProcess, Tab, evidence, free_port, last_line, run_cli
 
 PERSON = "widget-guardian"
 WIDGET = "document.querySelector('herald-inbox').shadowRoot"

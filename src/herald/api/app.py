@@ -260,7 +260,7 @@ def _routers() -> list[APIRouter]:
     from herald.admin.templates import routes as admin_templates
     from herald.admin.trace import routes as admin_trace
     from herald.centre import routes as centre
-    from herald.console import web as console
+    from herald.console import routes as console
     from herald.devices import routes as devices
     from herald.directory import routes as directory
     from herald.feed import routes as feed
