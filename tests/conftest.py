@@ -19,13 +19,13 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import outages
 from herald.api.app import create_app
 from herald.config import Settings
 from herald.db import embedded, migrate
 from herald.db.engine import libpq_url, make_async_engine, make_sync_engine
 from herald.kinds import Registry
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.runtime import outages
 
 ROOT = Path(__file__).resolve().parent.parent
 JWT_SECRET = "test-secret-that-is-long-enough-for-hs256"
@@ -40,7 +40,7 @@ def _server_url() -> str:
 
 @pytest.fixture(autouse=True)
 def _every_dependency_up() -> None:
-    """Outage state is per process (herald.runtime.outages): each test starts with none, so a
+    """Outage state is per process (herald.outages): each test starts with none, so a
     test that expects "… unavailable" to be said is not silenced by an earlier test's outage."""
     for dependency in outages.STATES.values():
         dependency.down_since, dependency.failures = None, 0

@@ -37,8 +37,8 @@ import redis.exceptions
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+from herald import outages
 from herald.errors import RateLimited
-from herald.runtime import outages
 
 # Written as HERALD_RATE_LIMIT_*=off to switch a limit off.
 OFF = "off"

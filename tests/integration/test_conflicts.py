@@ -18,10 +18,10 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald import outages
 from herald.auth.service import sign_token
 from herald.config import Settings
 from herald.db import schema as s
-from herald.runtime import outages
 from tests.integration.test_centre import Item, Seed
 
 r = s.notification_recipient

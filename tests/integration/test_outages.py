@@ -26,10 +26,10 @@ from herald.channels.mock import MockProvider
 from herald.config import Settings
 from herald.db import schema as s
 from herald.db.engine import libpq_url, make_async_engine
+from herald.db.presence import Presence
 from herald.fanout import service as fanout
 from herald.kinds import Registry
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.runtime.presence import Presence
 from herald.runtime.worker import run_worker
 from herald.secrets import service as secrets
 from herald.secrets.vault import RedisVault

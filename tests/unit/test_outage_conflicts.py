@@ -1,7 +1,7 @@
 """A transaction PostgreSQL rolled back to break a deadlock is told apart from an outage.
 
 psycopg raises deadlock_detected (40P01) and serialization_failure (40001) as OperationalErrors,
-the class a dropped connection has; herald.runtime.outages once counted them as the database
+the class a dropped connection has; herald.outages once counted them as the database
 going away — a warning that it was "unavailable", its state down until the next success, and the
 API's answer 503 DATABASE_UNAVAILABLE — for a server that was up and had only chosen a victim.
 """
@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import sqlalchemy.exc
 
-from herald.runtime import outages
+from herald import outages
 
 
 def _wrapped(error: BaseException) -> sqlalchemy.exc.DBAPIError:

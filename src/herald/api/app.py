@@ -18,6 +18,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from herald import outages
 from herald.api import limits, openapi
 from herald.auth.deps import AppState
 from herald.centre import fast
@@ -39,7 +40,6 @@ from herald.kinds import Registry
 from herald.observability.http import ObservabilityMiddleware, route_template
 from herald.ratelimit import RateLimits
 from herald.realtime.hub import RealtimeHub, build_hub
-from herald.runtime import outages
 from herald.secrets.vault import Vault, build_vault
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,8 @@ def create_app(
         """Ready when every dependency answers within a second or two and the schema is at the
         code's migration head; else 503 naming each check that fails."""
         herald_state: AppState = request.app.state.herald
-        checks = await health.check(herald_state.engine, herald_state.vault)
+        vault = herald_state.vault
+        checks = await health.check(herald_state.engine, vault.ping if vault.remote else None)
         down = [name for name, result in checks.items() if result != "ok"]
         if not down:
             return JSONResponse({"status": "ready", "checks": checks})

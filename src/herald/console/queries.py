@@ -70,20 +70,6 @@ async def delete_session(conn: AsyncConnection, token_hash: str) -> int:
     return int(result.rowcount)
 
 
-async def delete_expired_sessions(conn: AsyncConnection, *, limit: int) -> int:
-    """At most `limit` expired sessions, through console_session_expires_at_idx."""
-    doomed = (
-        select(cs.c.id)
-        .where(cs.c.expires_at < func.now())
-        .order_by(cs.c.expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    result = await conn.execute(delete(cs).where(cs.c.id.in_(doomed)))
-    return int(result.rowcount)
-
-
 # ---------------------------------------------------------------------------------------------
 # Outcomes and queue depth
 

@@ -93,11 +93,3 @@ async def find(conn: AsyncConnection, token: str) -> Session | None:
 
 async def end(conn: AsyncConnection, token: str) -> bool:
     return await queries.delete_session(conn, token_hash(token)) > 0
-
-
-async def delete_expired(conn: AsyncConnection, *, days: int, limit: int) -> int:
-    """Retention: sessions that expired, at most `limit` a statement. `days` is the retention
-    setting every table's delete receives; an expired session is useless at once, so it is not
-    kept for any number of days."""
-    del days
-    return await queries.delete_expired_sessions(conn, limit=limit)

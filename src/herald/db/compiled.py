@@ -57,7 +57,7 @@ class Compiled:
         description), a tenth of an inbox request; SQLAlchemy adds no type processing to a
         driver-level statement, so the values are the same. psycopg starts the transaction
         SQLAlchemy began (its implicit BEGIN, as for any first statement), and an error reaches
-        the route as psycopg's own (herald.runtime.outages reads both); the transaction's
+        the route as psycopg's own (herald.outages reads both); the transaction's
         rollback then goes through SQLAlchemy, which replaces a connection that broke. Given a
         psycopg connection (a Driver), the statement runs on it as it is."""
         async with (await _driver(conn)).cursor() as cursor:

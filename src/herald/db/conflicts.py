@@ -15,7 +15,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from herald.runtime import outages
+from herald import outages
 
 log = logging.getLogger(__name__)
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
 from functools import lru_cache
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from herald.runtime import outages
-from herald.secrets.vault import Vault
+from herald import outages
 
 # A probe that waits longer than this is as good as down: the orchestrator asking wants an answer.
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -62,9 +60,12 @@ async def schema_state(conn: AsyncConnection) -> str:
     return f"behind: database at {at}, code at {', '.join(sorted(heads))} (run `herald migrate`)"
 
 
-async def check(engine: AsyncEngine, vault: Vault) -> dict[str, str]:
+async def check(
+    engine: AsyncEngine, redis_ping: Callable[[], Awaitable[None]] | None = None
+) -> dict[str, str]:
     """{"database": "ok" | "down: …", "migrations": "ok" | "behind: …", "redis": …} — redis only
-    when the vault lives there; migrations only when the database answers."""
+    when `redis_ping` is given (the caller's vault lives there); migrations only when the
+    database answers."""
 
     async def database() -> None:
         async with engine.connect() as conn:
@@ -79,12 +80,12 @@ async def check(engine: AsyncEngine, vault: Vault) -> dict[str, str]:
                 )
         except Exception as exc:
             checks[MIGRATIONS] = f"unknown: {outages.describe(exc)}"
-    if vault.remote:
-        checks[outages.REDIS] = await _probe(outages.REDIS, vault.ping())
+    if redis_ping is not None:
+        checks[outages.REDIS] = await _probe(outages.REDIS, redis_ping())
     return checks
 
 
-async def _probe(name: str, probe: Coroutine[Any, Any, None]) -> str:
+async def _probe(name: str, probe: Awaitable[None]) -> str:
     try:
         await asyncio.wait_for(probe, timeout=PROBE_TIMEOUT_SECONDS)
     except TimeoutError:

@@ -243,7 +243,7 @@ notification_event = Table(
     # Fan-out claim and completion are separate columns (R-SCHEMA-11, R-FANOUT-4).
     Column("fanout_claimed_at", TZ),
     Column("fanout_claim_token", UUID(as_uuid=True)),
-    # The claiming worker's presence key (herald.runtime.presence): when its advisory lock is gone,
+    # The claiming worker's presence key (herald.db.presence): when its advisory lock is gone,
     # the worker is, and the claim is released at once instead of after ten leases.
     Column("fanout_claimed_by", Integer),
     Column("fanout_cursor", BigInteger, nullable=False, server_default=text("0")),

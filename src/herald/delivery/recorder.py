@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald import outages
 from herald.channels.base import ProviderOutcome, bounded_detail
 from herald.config import Settings
 from herald.db import tenancy
@@ -29,7 +30,6 @@ from herald.delivery import queries
 from herald.delivery.backoff import backoff_seconds
 from herald.delivery.queries import OutcomeRows
 from herald.delivery.send import Prepared
-from herald.runtime import outages
 from herald.values import value
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import outages
 from herald.channels.base import Message, Provider, ProviderOutcome
 from herald.config import Settings
 from herald.db import tenancy
@@ -24,7 +25,6 @@ from herald.delivery.send import Prepared, prepare
 from herald.kinds import Registry
 from herald.observability import logs, metrics, tracing
 from herald.rendering.render import Override, OverrideKey
-from herald.runtime import outages
 from herald.secrets import service as secrets
 from herald.secrets.service import SecretVaultUnavailable
 from herald.secrets.vault import Vault

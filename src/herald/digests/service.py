@@ -7,7 +7,7 @@ groups — one tenant, person, channel and kind — whose oldest held row has wa
 and, in one transaction per group:
 - a group of one is released as `queued` and sent as itself;
 - a larger group becomes one digest: an event of the kind's digest kind (`<kind>.digest`, whose
-  English and Nepali wording is herald.digests.templates) already fanned out to the person, and
+  English and Nepali wording is in herald.kinds.registry) already fanned out to the person, and
   its one `queued` delivery, which the channel worker leases, retries and dead-letters like any
   other; each item becomes `digested` with digest_delivery_id naming it.
 An item's line is rendered from its own kind's template (the in-app wording when the kind has

@@ -3,7 +3,7 @@
 -- scheduled_for <= now(): coalesce keeps NULL from hiding most events (R-PLAT-3). No watermark.
 -- The claim is stamped before any work (R-FANOUT-4) with a token only this worker knows, and
 -- SKIP LOCKED keeps two workers off one event (R-PLAT-2). The claim names its holder's presence
--- key (herald.runtime.presence), so a holder that died can be told from one that is slow.
+-- key (herald.db.presence), so a holder that died can be told from one that is slow.
 UPDATE notification_event e
    SET fanout_claimed_at = now(), fanout_claim_token = :token, fanout_claimed_by = :holder,
        fanout_attempts = e.fanout_attempts + 1

@@ -24,14 +24,13 @@ from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.audience import service as audience
-from herald.db import compiled, tenancy
+from herald.db import compiled, presence, tenancy
 from herald.fanout import queries
 from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import ClaimedEvent, DeliveryRows
 from herald.kinds import Kind, Registry
 from herald.preferences import service as preferences
 from herald.rendering.render import Override, OverrideKey, render
-from herald.runtime import presence
 from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald import outages
 from herald.fanout import service
 from herald.fanout.queries import ClaimedEvent
 from herald.fanout.service import InAppNotice
 from herald.kinds import Registry
 from herald.observability import logs, metrics, tracing
-from herald.runtime import outages
 
 log = logging.getLogger(__name__)
 

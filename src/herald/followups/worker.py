@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald import outages
 from herald.config import Settings
 from herald.db import tenancy
 from herald.followups import service
 from herald.kinds import Registry
-from herald.runtime import outages
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ async def _pass(
 
 
 def _log_failure(exc: Exception, message: str, *args: object) -> None:
-    """An outage is said once (herald.runtime.outages), never a traceback per follow-up; any
+    """An outage is said once (herald.outages), never a traceback per follow-up; any
     other failure is logged with its traceback (R-FOLLOW-39)."""
     dependency = outages.unavailable(exc)
     if dependency is not None:

@@ -101,7 +101,7 @@ class Registry:
         self._kinds: dict[str, Kind] = {}
         declared = list(kinds)
         # A kind with a digest brings its digest kind (`<name>.digest`), whose wording is
-        # Herald's own (herald.digests.templates).
+        # Herald's own (below).
         companions = [digest_kind(k) for k in declared if k.digest is not None]
         for kind in [*declared, *companions]:
             if kind.name in self._kinds:
@@ -125,15 +125,45 @@ class Registry:
         return [k for k in self._kinds.values() if k.category == category]
 
 
-def digest_kind(kind: Kind) -> Kind:
-    from herald.digests.templates import digest_templates
+# Herald's own wording for digests, in English and Nepali: the count in the subject, the items
+# one a line in the body (each item's line is rendered from its own kind's template).
+_DIGEST_EMAIL = {
+    "en": Template(
+        title="{{count}} new notifications",
+        body="Dear {{name}},\n\nHere is what arrived for you:\n\n{{items}}",
+    ),
+    "ne": Template(
+        title="{{count}} नयाँ सूचनाहरू",
+        body="प्रिय {{name}},\n\nतपाईंका लागि आएका सूचनाहरू:\n\n{{items}}",
+    ),
+}
+_DIGEST_SHORT = {
+    "en": Template(title="{{count}} new notifications", body="{{items}}"),
+    "ne": Template(title="{{count}} नयाँ सूचनाहरू", body="{{items}}"),
+}
+_DIGEST_TELEGRAM = {
+    "en": Template(body="{{count}} new notifications:\n{{items}}"),
+    "ne": Template(body="{{count}} नयाँ सूचनाहरू:\n{{items}}"),
+}
 
+
+def _digest_templates(channel: str) -> Mapping[str, Builder]:
+    if channel == "email":
+        return dict(_DIGEST_EMAIL)
+    if channel == "telegram":
+        return dict(_DIGEST_TELEGRAM)
+    if channel == "sms":
+        return {locale: Template(body=t.body) for locale, t in _DIGEST_TELEGRAM.items()}
+    return dict(_DIGEST_SHORT)
+
+
+def digest_kind(kind: Kind) -> Kind:
     assert kind.digest is not None
     return Kind(
         name=kind.name + DIGEST_SUFFIX,
         category=kind.category,
         channels=kind.digest.channels,
-        templates={channel: digest_templates(channel) for channel in kind.digest.channels},
+        templates={channel: _digest_templates(channel) for channel in kind.digest.channels},
         priority=kind.priority,
         dedupe="repeatable",
         variables={"count": "3", "items": "• One\n• Two\n• Three"},
@@ -207,13 +237,14 @@ def _validate(kind: Kind) -> None:
                         raise RegistryError(f"{where}: telegram/{locale}: {exc.message}") from exc
 
 
+# The sample school registry, loaded by name like any application's: it registers through this
+# module's public classes, and this module never imports it (no circle).
+SAMPLE_KINDS = "herald.kinds.sample:SAMPLE_REGISTRY"
+
+
 def load_registry(spec: str | None) -> Registry:
     """Load `package.module:attribute`, or the sample school registry when spec is None."""
-    if not spec:
-        from herald.kinds.sample import SAMPLE_REGISTRY
-
-        return SAMPLE_REGISTRY
-    module_name, _, attribute = spec.partition(":")
+    module_name, _, attribute = (spec or SAMPLE_KINDS).partition(":")
     if not module_name or not attribute:
         raise RegistryError(f"HERALD_KINDS must look like package.module:registry, got {spec!r}")
     try:

@@ -191,6 +191,18 @@ DELETE FROM undeliverable_address a
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_expired_console_sessions
+-- Console sessions past their expiry, at most :limit, through console_session_expires_at_idx.
+-- An expired session is useless at once, so :days keeps none of them.
+DELETE FROM console_session a
+ WHERE a.id IN (
+        SELECT c.id
+          FROM console_session c
+         WHERE c.expires_at < now()
+         ORDER BY c.expires_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_finished_operational_emails
 -- Operational emails that are done (sent or skipped) and older than :days. A dead one stays: its
 -- dead letter names it by job_id, and dead letters are never trimmed by age (R-DLQ-18).

@@ -31,7 +31,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald import vocabulary
 from herald.config import Settings
-from herald.console import sessions
 from herald.db import partitions
 from herald.maintenance import queries
 from herald.maintenance.queries import UUID_PATTERN
@@ -369,7 +368,10 @@ prune_undeliverable_addresses = TablePrune(
 # Console sessions past their expiry (an expired session signs nobody in; sign-out deletes its own
 # row at once).
 prune_console_sessions = TablePrune(
-    "retention_console_sessions", "console_sessions", sessions.delete_expired, _retention_days
+    "retention_console_sessions",
+    "console_sessions",
+    queries.delete_expired_console_sessions,
+    _retention_days,
 )
 
 # The independent single-table retentions, in the order a tick runs them (R-RETENTION-9).

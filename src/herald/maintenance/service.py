@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from herald import outages
 from herald.channels.base import Provider
 from herald.config import Settings
 from herald.db import partitions
@@ -44,7 +45,6 @@ from herald.maintenance.opmail import (
 )
 from herald.maintenance.retention import RetentionReport
 from herald.observability import metrics
-from herald.runtime import outages
 
 __all__ = [
     "OPERATIONAL_EVENT_TYPES",

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 import redis.asyncio as redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import outages
 from herald.realtime import queries, service
-from herald.runtime import outages
 
 if TYPE_CHECKING:
     from herald.config import Settings

@@ -19,10 +19,10 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import outages
 from herald.config import Settings
 from herald.followups import worker as followups
 from herald.kinds import Registry
-from herald.runtime import outages
 from herald.scheduling import service as lease
 from herald.scheduling import worker as cycle
 from herald.scheduling.broadcasts import worker as broadcasts
@@ -63,7 +63,7 @@ async def run_scheduler(
                     log.info("scheduler %s the reminder lease", "holds" if leading else "lost")
             except Exception as exc:
                 # R-OPS-5: a failed tick is logged and the next one runs. An outage is said once
-                # (herald.runtime.outages) and backed off, never a traceback a tick.
+                # (herald.outages) and backed off, never a traceback a tick.
                 dependency = outages.unavailable(exc)
                 if dependency is not None:
                     outages.state(dependency).failed(exc)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from herald import outages
 from herald.channels.base import Provider
 from herald.channels.providers import (
     build_providers,
@@ -26,6 +27,7 @@ from herald.channels.providers import (
 )
 from herald.config import Settings
 from herald.db.engine import libpq_url, named
+from herald.db.presence import Presence
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.delivery.worker import CONCURRENCY, Pace, deliver_batch, loops_of
 from herald.digests import service as digests
@@ -33,8 +35,6 @@ from herald.fanout.worker import Publish, fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
 from herald.realtime.publisher import Publisher, build_publisher
-from herald.runtime import outages
-from herald.runtime.presence import Presence
 from herald.secrets.vault import Vault, build_vault
 from herald.sending.queries import FANOUT_CHANNEL
 from herald.webhooks import worker as webhooks
@@ -202,7 +202,7 @@ async def _loop(
     """Run `once` back to back while it finds work; otherwise wait for a wake-up or the poll.
 
     A failure backs off (capped, jittered) before the next try. An outage of the database or
-    Redis is said once for the whole process (herald.runtime.outages), without a traceback;
+    Redis is said once for the whole process (herald.outages), without a traceback;
     anything else is logged with its traceback, at most once per back-off step."""
     backoff = outages.Backoff()
     while not stop.is_set():

@@ -13,8 +13,8 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 
+from herald import outages
 from herald.errors import ConfigurationError, VariablesInvalid
-from herald.runtime import outages
 from herald.secrets.vault import Vault
 
 log = logging.getLogger(__name__)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from typing import Any
 
 import psycopg
 
+from herald import outages
 from herald.db.engine import named
-from herald.runtime import outages, queries
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,13 @@ CHECK_SECONDS = 5.0
 
 def new_key() -> int:
     return secrets.randbelow(2**31 - 2) + 1
+
+
+async def _try_lock(conn: psycopg.AsyncConnection[Any], namespace: int, key: int) -> bool:
+    """Take the session-level advisory lock (namespace, key) if nobody holds it."""
+    cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (namespace, key))
+    row = await cursor.fetchone()
+    return bool(row and row[0])
 
 
 class Presence:
@@ -50,13 +58,13 @@ class Presence:
                 async with await psycopg.AsyncConnection.connect(
                     self._url, autocommit=True, **named(self._url, "herald-worker")
                 ) as conn:
-                    while not await queries.try_presence_lock(conn, NAMESPACE, self.key):
+                    while not await _try_lock(conn, NAMESPACE, self.key):
                         self.key = new_key()  # another live worker holds this key: take another
                     self.held.set()
                     backoff.reset()
                     while not stop.is_set():
                         await outages.sleep_or_stop(CHECK_SECONDS, stop)
-                        await queries.ping(conn)  # notice a lost session promptly
+                        await conn.execute("SELECT 1")  # notice a lost session promptly
             except Exception as exc:
                 self.held.clear()
                 if stop.is_set():
