@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: dev test lint fmt unit bench bench-report clean
+.PHONY: dev test lint fmt unit docs bench bench-report clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ fmt: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
+
+## docs/configuration.md from src/herald/config.py (a test fails when it is behind).
+docs: $(STAMP)
+	$(BIN)/python -m tests.config_reference
 
 ## Benchmarks print figures beside a baseline measured in the same run (never pass/fail).
 bench: bench-fanout bench-delivery bench-queue_shapes bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks

@@ -19,165 +19,402 @@ DEFAULT_FOLLOWUP_SWEEP_SECONDS = 60
 class Settings(BaseSettings):
     """Every value Herald reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="HERALD_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="HERALD_", extra="ignore", use_attribute_docstrings=True
+    )
 
     environment: str = "development"
+    """`production` or anything else (default `development`)."""
     database_url: str | None = None
+    """PostgreSQL >= 14, libpq or SQLAlchemy form. Unset: Herald starts its embedded PostgreSQL
+    under HERALD_DATA_DIR and uses database `herald` there.
+    """
     data_dir: Path = Path(".herald")
+    """Where the embedded PostgreSQL and `herald dev`'s state (dev.json) live."""
     db_pool_size: int = Field(default=10, ge=1, le=200)
+    """Database connections per process: at most twice this many, opened as needed and kept.
+    1..200.
+    """
     redis_url: str | None = None
+    """Optional. Set: the secret vault and realtime events use Redis; unset: PostgreSQL does."""
     # End-user and operator JWTs (DESIGN.md §5): exactly one key source, which pins the
     # algorithm — HS256 with the secret, RS256/ES256 with the PEM public key (its type decides),
     # or RS256/ES256 keys fetched from a JWKS URL (cached, refetched for an unknown `kid`).
     jwt_secret: str | None = None
+    """HS256 with this secret (32+ random bytes). Set exactly one of HERALD_JWT_SECRET,
+    HERALD_JWT_PUBLIC_KEY and HERALD_JWT_JWKS_URL; it pins the algorithm (`alg: none`, and HS256
+    tokens against a public key, are refused). `herald dev` generates a secret when none is set.
+    """
     jwt_public_key: str | None = None
+    """A PEM public key: RSA means RS256, EC P-256 means ES256. The one key source when set (see
+    HERALD_JWT_SECRET).
+    """
     jwt_jwks_url: str | None = None
+    """RS256/ES256 keys fetched from this JWKS URL, chosen by the token's `kid`. The one key source
+    when set (see HERALD_JWT_SECRET).
+    """
     jwt_jwks_cache_seconds: int = Field(default=300, ge=10, le=86_400)
+    """How long the fetched key set is cached (10..86400 s), and how often an unknown kid (a
+    rotated key) may refetch it at most (0..3600 s).
+    """
     # An unknown `kid` refetches the set at most this often (tokens with made-up kids must not
     # turn Herald into a flood of requests to the identity provider).
     jwt_jwks_refresh_cooldown_seconds: int = Field(default=30, ge=0, le=3600)
+    """How long the fetched key set is cached (10..86400 s), and how often an unknown kid (a
+    rotated key) may refetch it at most (0..3600 s).
+    """
     # Checked when set: a token must then carry this `aud` / `iss`.
     jwt_audience: str | None = None
+    """When set, a token must carry exactly this audience / issuer. `exp` is always required."""
     jwt_issuer: str | None = None
+    """When set, a token must carry exactly this audience / issuer. `exp` is always required."""
     # Clock skew tolerated on `exp`, `nbf` and `iat`.
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
+    """Clock skew tolerated on exp/nbf/iat. 0..300 seconds."""
     # Browser origins answered with CORS headers, comma-separated (scheme://host[:port]).
     cors_origins: str = ""
+    """Browser origins allowed to call the API (CORS), comma-separated, each scheme://host[:port]
+    exactly as the browser sends it, e.g. https://school.example.com. Default: none, so browsers on
+    other origins (the <herald-inbox> element on a host's page) are refused.
+    """
     kinds: str | None = None
+    """The kind registry, as package.module:attribute. Unset: the sample school registry."""
     required_channels: str = ""
+    """Channels a deployment must have configured, comma-separated, from
+    in_app,email,sms,push,telegram. Default: none.
+    """
 
     lease_seconds: int = Field(default=60, ge=5, le=3600)
+    """A claim's lease; an expired one is released by the reaper. 5..3600 seconds."""
     max_attempts: int = Field(default=5, ge=1, le=100)
+    """Attempts before a delivery is dead-lettered. 1..100."""
     retry_base_seconds: int = Field(default=30, ge=1, le=86_400)
+    """Exponential backoff: base and cap between attempts. 1..86400 seconds each."""
     retry_max_seconds: int = Field(default=3600, ge=1, le=86_400)
+    """Exponential backoff: base and cap between attempts. 1..86400 seconds each."""
     poll_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+    """How often an idle worker looks for work besides LISTEN/NOTIFY wake-ups. >0..60 seconds."""
     fanout_batch_size: int = Field(default=500, ge=1, le=10_000)
+    """Recipients written per fan-out page. 1..10000."""
     backfill_max_age_hours: int = Field(default=72, ge=1, le=24 * 90)
+    """How far back the backfill looks for events whose fan-out never happened. 1..2160 hours."""
     device_limit: int = Field(default=10, ge=1, le=100)
+    """Active push tokens one person may hold; a registration at the cap is refused. 1..100."""
     vault_ttl_seconds: int = Field(default=900, ge=30, le=86_400)
+    """How long a stashed secret (reset token, OTP) waits in the vault. 30..86400 seconds."""
     # Fernet key of the embedded vault (urlsafe base64, 32 bytes). Unset: a key file under
     # data_dir, created on first use. Either way the key never lives in the database.
     vault_key: str | None = None
+    """The embedded vault's Fernet key (urlsafe base64 of 32 bytes). Unset: a key file under
+    HERALD_DATA_DIR, created on first use. Either way the key never lives in the database.
+    """
     # Provider timeouts (R-PROVIDER-22, R-PROVIDER-23); the lease must outlast them (R-PLAT-14).
     provider_connect_timeout_seconds: float = Field(default=3.0, gt=0, le=30)
+    """Every provider call's connect and read timeouts (the lease must outlast them). >0..30 and
+    >0..60 seconds.
+    """
     provider_read_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    """Every provider call's connect and read timeouts (the lease must outlast them). >0..30 and
+    >0..60 seconds.
+    """
 
     # Email (DESIGN.md §5.1).
     email_provider: Literal["smtp", "resend", "mock"] | None = None
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     email_from: str = "Herald <no-reply@localhost>"
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     support_mailbox: str | None = None
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     smtp_host: str | None = None
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     smtp_port: int = Field(default=587, ge=1, le=65_535)
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     smtp_username: str | None = None
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     smtp_password: str | None = None
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     smtp_starttls: bool = True
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     resend_api_key: str | None = None
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     resend_base_url: str = "https://api.resend.com"
+    """A channel whose provider is unset is unconfigured: its deliveries are recorded as
+    skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
+    every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
+    smtp | resend | mock.
+    """
     # Resend's webhook signing secret (whsec_…): delivery receipts at /v1/providers/resend/events
     # are verified with it; unset, that route answers 404.
     resend_webhook_secret: str | None = None
+    """Resend's webhook signing secret (whsec_…) for delivery receipts at
+    /v1/providers/resend/events.
+    """
 
     # SMS.
     sms_provider: Literal["aakash", "twilio", "mock"] | None = None
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     sms_default_region: str = "NP"
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     aakash_auth_token: str | None = None
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     aakash_base_url: str = "https://sms.aakashsms.com/sms/v3"
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     twilio_account_sid: str | None = None
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     twilio_auth_token: str | None = None
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     twilio_from: str | None = None
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     twilio_base_url: str = "https://api.twilio.com"
+    """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
     # The public URL of /v1/providers/twilio/status as Twilio calls it (behind a proxy Herald
     # sees another): sent as each message's StatusCallback and used to check X-Twilio-Signature.
     twilio_status_callback_url: str | None = None
+    """The public URL of /v1/providers/twilio/status as Twilio reaches it: each SMS's
+    StatusCallback, and the URL X-Twilio-Signature is checked against (signed with
+    HERALD_TWILIO_AUTH_TOKEN).
+    """
 
     # Push.
     push_provider: Literal["fcm", "mock"] | None = None
+    """Push: fcm | mock."""
     fcm_service_account_file: Path | None = None
+    """Push: fcm | mock."""
     fcm_base_url: str = "https://fcm.googleapis.com"
+    """Push: fcm | mock."""
     fcm_token_url: str = "https://oauth2.googleapis.com/token"
+    """Push: fcm | mock."""
 
     # Telegram.
     telegram_provider: Literal["telegram", "mock"] | None = None
+    """Telegram: telegram | mock. Messages per second across the bot. >0..30."""
     telegram_bot_token: str | None = None
+    """Telegram: telegram | mock. Messages per second across the bot. >0..30."""
     telegram_base_url: str = "https://api.telegram.org"
+    """Telegram: telegram | mock. Messages per second across the bot. >0..30."""
     telegram_rate_per_second: float = Field(default=25.0, gt=0, le=30)
+    """Telegram: telegram | mock. Messages per second across the bot. >0..30."""
 
     # Rate limits (R-SEC-14), in the `limits` notation ("100/second", "6000/minute") or "off";
     # shared by every process through Redis when HERALD_REDIS_URL is set, per process otherwise.
     # Sends (POST /v1/events, POST /v1/secrets) per API key and per tenant:
     rate_limit_send_per_key: str = "100/second"
+    """Rates in the `limits` notation (`100/second`, `6000/minute`, `10/5 seconds`) or `off`. With
+    HERALD_REDIS_URL they are shared by every API process; without, each process counts its own.
+    Over a limit the API answers 429 RATE_LIMITED with Retry-After. Sends (POST /v1/events and,
+    counted apart, POST /v1/secrets), per API key and per tenant:
+    """
     rate_limit_send_per_tenant: str = "300/second"
+    """Rates in the `limits` notation (`100/second`, `6000/minute`, `10/5 seconds`) or `off`. With
+    HERALD_REDIS_URL they are shared by every API process; without, each process counts its own.
+    Over a limit the API answers 429 RATE_LIMITED with Retry-After. Sends (POST /v1/events and,
+    counted apart, POST /v1/secrets), per API key and per tenant:
+    """
     # End-user routes (/v1/me/...) per person:
     rate_limit_per_person: str = "20/second"
+    """End-user routes (/v1/me/...), per person:"""
     # GET /metrics: this bearer token, or an API key with the metrics:read scope.
     metrics_token: str | None = None
+    """GET /metrics needs this bearer token, or an API key with the metrics:read scope."""
 
     # Retention (R-RETENTION-*): events, recipients and deliveries by `occurred_at`, invalidated
     # push tokens by `invalidated_at`, operations-feed rows by `occurred_at`. The events' window
     # must outlast the backfill window (R-OPS-6, checked below).
     retention_days: int = Field(default=180, ge=1, le=3650)
+    """Events, their recipients and deliveries are deleted this many days after `occurred_at`,
+    bottom-up in bounded statements; an event with a queued, processing or failed delivery, or an
+    unreplayed dead letter, is kept. 1..3650. Must be longer than HERALD_BACKFILL_MAX_AGE_HOURS
+    (retention_days * 24 > backfill_max_age_hours), or Herald refuses to start: a shorter window
+    would delete skipped deliveries the backfill is still meant to send.
+    """
     push_token_retention_days: int = Field(default=30, ge=1, le=3650)
+    """Invalidated push tokens are pruned this many days after `invalidated_at`. 1..3650."""
     feed_retention_days: int = Field(default=90, ge=1, le=3650)
+    """Operations-feed rows (and their read receipts) are deleted this many days after
+    `occurred_at`. 1..3650.
+    """
     # Rows one retention statement deletes at most (R-RETENTION-5, R-RETENTION-6).
     retention_batch_size: int = Field(default=1000, ge=10, le=10_000)
+    """Rows one retention statement deletes at most; each level repeats it until done. 10..10000.
+    """
 
     # SMS credit check (R-CREDIT-*): warn below this many credits, once per local day.
     sms_credit_threshold: int = Field(default=500, ge=0, le=100_000_000)
+    """The SMS provider's balance is read once a day (day boundary in the time zone below); below
+    this many credits Herald logs a warning, posts it to the operations feed and emails the support
+    mailbox. 0..100000000.
+    """
     credit_check_timezone: str = "Asia/Kathmandu"
+    """The SMS provider's balance is read once a day (day boundary in the time zone below); below
+    this many credits Herald logs a warning, posts it to the operations feed and emails the support
+    mailbox. 0..100000000.
+    """
     # The tenant whose operations feed carries deployment-wide warnings (the SMS credit is one
     # account for every tenant).
     ops_tenant: str = Field(default="system", min_length=1, max_length=200)
+    """The tenant whose operations feed receives deployment-wide warnings (the SMS credit belongs
+    to the deployment, not to one school): set it to the tenant your operators sign in to.
+    """
 
     # Operational email (R-OPMAIL-*, R-PLAT-9): its own retry budget, not the deliveries'.
     operational_email_max_attempts: int = Field(default=5, ge=1, le=100)
+    """Attempts an operational email (an alert to HERALD_SUPPORT_MAILBOX) gets before it is dead-
+    lettered; it retries on its own budget with the delivery backoff. 1..100.
+    """
 
     # Throttle (issue 16): at most this many SMS per person per category within the window;
     # past it, SMS deliveries are skipped_throttled. 0: off. Security and account are exempt.
     throttle_sms_per_category: int = Field(default=0, ge=0, le=10_000)
+    """At most this many SMS per person per category within the window; past it SMS deliveries are
+    skipped_throttled (in-app and email unaffected; security and account never throttled). 0: off.
+    """
     throttle_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    """At most this many SMS per person per category within the window; past it SMS deliveries are
+    skipped_throttled (in-app and email unaffected; security and account never throttled). 0: off.
+    """
 
     # Outbound webhooks to the host (issue 16). Endpoints must be https and resolve only to
     # public addresses (SSRF): private, loopback, link-local and metadata addresses are refused
     # at create time and again at every send, unless named here (comma-separated host names or
     # CIDR networks). `herald dev` allows loopback (http included) so a laptop can receive them.
     webhook_allow_loopback: bool = False
+    """Loopback (http included) as a destination; `herald dev` turns it on unless set here."""
     webhook_allowed_hosts: str = ""
+    """Endpoints must be https and resolve only to public addresses; these open exceptions (comma-
+    separated host names or CIDR networks, e.g. "10.20.0.0/16,hooks.internal").
+    """
     # Attempts before a message is dead (its dead letter replayable); with the default backoff
     # (retry_base_seconds doubling up to webhook_retry_max_seconds) 15 attempts span about a day.
     webhook_max_attempts: int = Field(default=15, ge=1, le=100)
+    """Attempts before a message is dead (replayable from the dead-letter screen), the backoff's
+    ceiling, and one attempt's whole time from DNS to response.
+    """
     webhook_retry_max_seconds: int = Field(default=3600, ge=1, le=86_400)
+    """Attempts before a message is dead (replayable from the dead-letter screen), the backoff's
+    ceiling, and one attempt's whole time from DNS to response.
+    """
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    """Attempts before a message is dead (replayable from the dead-letter screen), the backoff's
+    ceiling, and one attempt's whole time from DNS to response.
+    """
 
     # Scheduler and features of DESIGN.md §5.2 (off by default; `herald dev` turns them on).
     feature_reminders: bool = False
+    """Reminder schedules (/v1/admin/reminders and their firing) and approved broadcasts. Off:
+    their routes answer 404 NOTIFICATION_FEATURE_DISABLED and nothing fires; stored rows are kept.
+    `herald dev` turns both on unless they are set here. Enable only once delivery and failure
+    reporting are monitored, after a test with one internal recipient (R-OPS-21, R-OPS-22).
+    """
     feature_broadcasts: bool = False
+    """Reminder schedules (/v1/admin/reminders and their firing) and approved broadcasts. Off:
+    their routes answer 404 NOTIFICATION_FEATURE_DISABLED and nothing fires; stored rows are kept.
+    `herald dev` turns both on unless they are set here. Enable only once delivery and failure
+    reporting are monitored, after a test with one internal recipient (R-OPS-21, R-OPS-22).
+    """
     # The lease one of several `herald scheduler` processes holds to fire reminders; a killed
     # leader is replaced within two lease periods. The tick is how often the holder looks for
     # due work (and renews), so it must be well inside the lease (checked below).
     scheduler_lease_seconds: int = Field(default=15, ge=2, le=600)
+    """Of several `herald scheduler` processes, the one holding this database lease fires
+    reminders; a killed holder is replaced within two lease periods. 2..600 seconds.
+    """
     scheduler_tick_seconds: float = Field(default=1.0, ge=0.1, le=60)
+    """How often the scheduler looks for due occurrences (and renews its lease); at most half the
+    lease. 0.1..60 seconds.
+    """
     # A scheduler that was down fires the latest missed occurrence only if it is at most this
     # late; older ones are recorded as `missed`, never flooded out.
     reminder_max_lateness_minutes: int = Field(default=60, ge=1, le=10_080)
+    """A scheduler that was down fires only the latest missed occurrence, and only if it is at most
+    this late; older ones are recorded as `missed`. 1..10080 minutes.
+    """
     # Follow-ups (DESIGN.md §5.2, R-FOLLOW-46..52): how often `herald scheduler` sweeps (0: no
     # timer, `sweep()` stays callable; unset: 60, or 0 when HERALD_ENVIRONMENT=test so a suite
     # drives sweep() itself, R-FOLLOW-48/54), the default grace before the notify and the
     # default delay from the notify to the reminder. Negative values refuse to start.
     followup_sweep_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    """Follow-ups (/v1/followups, herald.followups): the scheduler sweeps every this many seconds
+    (no lease needed: each transition is a compare-and-set). 0: no timer. Unset: 60, or 0 when
+    """
     followup_grace_minutes: int = Field(default=15, ge=0, le=10_080)
+    """Default grace between arming and the notify (armAt = now + grace), and default delay from
+    the notify to the one reminder; a follow-up may give its own. 0..10080 minutes.
+    """
     followup_reminder_delay_minutes: int = Field(default=60, ge=0, le=10_080)
+    """Default grace between arming and the notify (armAt = now + grace), and default delay from
+    the notify to the one reminder; a follow-up may give its own. 0..10080 minutes.
+    """
 
-    # Observability (issue 14; README "Operating Herald").
+    # Observability (issue 14; docs/operations.md).
     # One JSON object a line, or text for a person; unset: json, except under `herald dev`.
     log_format: Literal["json", "text"] | None = None
+    """Log lines: `json` (one object a line: time, level, logger, message, role, and request_id,
+    event_id, delivery_id, tenant where there is one) or `text`. Unset: json, text under `herald
+    dev`.
+    """
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """DEBUG, INFO, WARNING or ERROR."""
     # Where every Herald process on this host keeps its counters and histograms (Prometheus
     # multiprocess mode), so any API process's /metrics reports all of them. Unset: <data_dir>/metrics.
     metrics_dir: Path | None = None
+    """Where this host's Herald processes keep their counters (Prometheus multiprocess mode), so
+    /metrics of any API process reports every process's. Empty it when the host boots (a tmpfs).
+    Unset: $PROMETHEUS_MULTIPROC_DIR if set, else <HERALD_DATA_DIR>/metrics.
+    """
     # A worker or scheduler also serves its own /metrics on this port (a host with no API process).
     metrics_port: int | None = Field(default=None, ge=1, le=65_535)
+    """A worker or scheduler serves its own /metrics on this port too (a host without an API
+    process).
+    """
     # Tracing is off unless an OTLP endpoint is set here or in OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT.
     otel_exporter_otlp_endpoint: str | None = None
+    """OpenTelemetry traces over OTLP/HTTP to this collector (base URL; /v1/traces is appended).
+    Unset and no OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT: tracing is off and costs nothing.
+    """
 
     @field_validator("required_channels")
     @classmethod

@@ -5,7 +5,7 @@ Every limit is a moving window (`limits`' MovingWindowRateLimiter: at most N hit
 of the item's length, no burst at a window's edge). The counters live in Redis when
 HERALD_REDIS_URL is set (`async+redis://`), so every API process and every worker shares one
 budget; without Redis they live in this process's memory (`MemoryWindows`), so each process has
-its own budget and N processes together allow N times the limit (README, Security).
+its own budget and N processes together allow N times the limit (docs/tenancy-and-security.md, "Security").
 
 The memory windows are Herald's own, not `limits`' `async+memory://` storage: that storage
 prepends each hit to a Python list (a copy of the list per hit) and, after every hit, starts a

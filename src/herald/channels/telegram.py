@@ -15,7 +15,7 @@ most one message a second to any one chat. Each process paces itself smoothly (a
 an injectable clock); with HERALD_REDIS_URL set, every send also takes a slot in a moving window
 shared by all worker processes (the `limits` library over Redis), so N workers together stay
 within the bot's one budget instead of N times it. Without Redis the pace is per process, and N
-workers may send N times the rate (README, Security).
+workers may send N times the rate (docs/tenancy-and-security.md, "Security").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A small school for tenant `demo`: the directory `herald dev` loads and the README's examples use.
+"""A small school for tenant `demo`: the directory `herald dev` loads and the guides' examples use.
 
 Three classes of six students, their guardians (some guard two children, one is also a teacher),
 three class teachers and a principal. Everything here is fictional; addresses are on

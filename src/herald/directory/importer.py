@@ -3,7 +3,7 @@
 The file is either JSON Lines (one object a line, its `type` one of role, group, person,
 membership, guardianship) or CSV with a header row (a `type` column, or none: every row a person).
 Field names are the API's (camelCase); in CSV an empty cell is an absent field and list fields
-(`roles`, `permissions`) are separated by `;`. The README's "Importing a directory" section shows
+(`roles`, `permissions`) are separated by `;`. docs/importing-people.md shows
 both.
 
 Lines are applied by kind, in dependency order — roles, groups, people, memberships,

@@ -1,2 +1,2 @@
-"""`<herald-inbox>`: the drop-in inbox web component `herald api` serves (README: "The inbox
+"""`<herald-inbox>`: the drop-in inbox web component `herald api` serves (docs/widget.md: "The inbox
 widget")."""
