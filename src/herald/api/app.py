@@ -18,6 +18,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import herald
 from herald import outages
 from herald.api import docs, limits, openapi
 from herald.auth.deps import AppState
@@ -89,7 +90,7 @@ def create_app(
     # /docs and /redoc come from herald.api.docs, which serves their scripts itself (no CDN).
     app = FastAPI(
         title="Herald",
-        version="0.1.0",
+        version=herald.__version__,
         docs_url=None,
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
