@@ -18,7 +18,20 @@ if TYPE_CHECKING:
     from herald.secrets.service import stash as stash_secret
     from herald.sending.service import SendInput, SendResult, asend, send
 
-__all__ = ["SendInput", "SendResult", "asend", "feed", "followups", "send", "stash_secret"]
+# Herald's version: the one place it is written (pyproject.toml reads it from here; the
+# OpenAPI document, `herald --version` and CHANGELOG.md's latest entry name it).
+__version__ = "0.2.0"
+
+__all__ = [
+    "SendInput",
+    "SendResult",
+    "__version__",
+    "asend",
+    "feed",
+    "followups",
+    "send",
+    "stash_secret",
+]
 
 
 def __getattr__(name: str) -> Any:

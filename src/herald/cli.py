@@ -49,6 +49,30 @@ app.add_typer(broadcasts_app, name="broadcasts")
 people_app = typer.Typer(help="The tenant's directory of people.", no_args_is_help=True)
 app.add_typer(people_app, name="people")
 
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        import herald
+
+        print(f"herald {herald.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _herald(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print Herald's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Herald: a self-hostable notification engine over PostgreSQL."""
+
+
 # For people; machine-readable answers go to stdout with print().
 console = Console(stderr=True, soft_wrap=True, highlight=False)
 

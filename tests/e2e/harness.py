@@ -87,12 +87,19 @@ def banner_value(label: str, text: str) -> str:
 class HeraldProcess:
     """One long-running `herald` command (api, worker, dev) with its output in a log file."""
 
-    def __init__(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        *,
+        executable: str = HERALD,
+    ) -> None:
         self.args = list(args)
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [HERALD, *self.args],
+            [executable, *self.args],
             env=dict(env),
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -18,8 +18,9 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import herald
 from herald import outages
-from herald.api import limits, openapi
+from herald.api import docs, limits, openapi
 from herald.auth.deps import AppState
 from herald.centre import fast
 from herald.config import Settings
@@ -86,7 +87,16 @@ def create_app(
             await hub.aclose()
             await rate_limits.aclose()
 
-    app = FastAPI(title="Herald", version="0.1.0", docs_url="/docs", lifespan=lifespan)
+    # /docs and /redoc come from herald.api.docs, which serves their scripts itself (no CDN).
+    app = FastAPI(
+        title="Herald",
+        version=herald.__version__,
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+        lifespan=lifespan,
+    )
+    app.include_router(docs.router(app.title, app.openapi_url or "/openapi.json"))
     app.state.herald = AppState(
         settings=settings,
         engine=engine,
