@@ -23,9 +23,11 @@ RAW_SQL_METHODS = frozenset({"exec_driver_sql"})
 
 
 def is_sql_room(path: Path) -> bool:
-    """Where SQL may live: any queries.py, the db/ package and its migrations."""
+    """Where SQL may live: any queries.py, a stage's queries/ package (one module a concept,
+    e.g. directory/queries/erasure.py), the db/ package and its migrations."""
     relative = path.relative_to(SRC)
-    return path.name == "queries.py" or relative.parts[0] == "db"
+    in_stage_queries_package = len(relative.parts) >= 3 and relative.parts[-2] == "queries"
+    return path.name == "queries.py" or in_stage_queries_package or relative.parts[0] == "db"
 
 
 def _is_sqlalchemy(module: str) -> bool:
@@ -150,11 +152,14 @@ def test_rule_ignores_what_is_not_sql(source: str) -> None:
         ("sending/service.py", False),
         ("api/routes.py", False),
         ("queries/helpers.py", False),
+        ("directory/queries/erasure.py", True),
+        ("directory/queries/__init__.py", True),
         ("dbtools.py", False),
     ],
 )
 def test_sql_rooms(relative: str, allowed: bool) -> None:
-    """STYLE.md "Rooms and doors": only queries.py, db/ and migrations are SQL rooms."""
+    """STYLE.md "Rooms and doors": only queries.py, a stage's queries/ package, db/ and
+    migrations are SQL rooms."""
     assert is_sql_room(SRC / relative) is allowed
 
 

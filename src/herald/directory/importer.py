@@ -34,7 +34,8 @@ from pydantic.alias_generators import to_camel
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald.db import tenancy
-from herald.directory import queries, service
+from herald.directory import service
+from herald.directory.queries import readback, records
 from herald.directory.schemas import (
     MAX_BATCH,
     ExternalId,
@@ -302,11 +303,11 @@ class _Importer:
     # The kinds -----------------------------------------------------------------------------
 
     async def roles(self, conn: AsyncConnection, lines: Sequence[Line], tally: Tally) -> None:
-        stored = await queries.stored_roles(conn, self.tenant_id, [x.item.code for x in lines])
+        stored = await readback.stored_roles(conn, self.tenant_id, [x.item.code for x in lines])
         for line in lines:
             role: RoleLine = line.item
             now = stored.get(role.code)
-            wanted = queries.StoredRole(
+            wanted = readback.StoredRole(
                 name=role.name or role.code,
                 scope_kind=role.scope_kind,
                 permissions=tuple(role.permission_list()),
@@ -320,7 +321,7 @@ class _Importer:
 
     async def groups(self, conn: AsyncConnection, lines: Sequence[Line], tally: Tally) -> None:
         ids = [x.item.external_id for x in lines]
-        stored = await queries.stored_groups(conn, self.tenant_id, ids)
+        stored = await readback.stored_groups(conn, self.tenant_id, ids)
         for line in lines:
             group: GroupLine = line.item
             if stored.get(group.external_id) == (group.name, group.kind):
@@ -331,7 +332,7 @@ class _Importer:
 
     async def people(self, conn: AsyncConnection, lines: Sequence[Line], tally: Tally) -> None:
         items: list[PersonBatchItem] = [x.item for x in lines]
-        stored = await queries.stored_people(conn, self.tenant_id, [p.external_id for p in items])
+        stored = await readback.stored_people(conn, self.tenant_id, [p.external_id for p in items])
         changed = []
         for person in items:
             now = stored.get(person.external_id)
@@ -346,7 +347,7 @@ class _Importer:
 
     async def memberships(self, conn: AsyncConnection, lines: Sequence[Line], tally: Tally) -> None:
         pairs = [(x.item.group_external_id, x.item.person_external_id) for x in lines]
-        stored = await queries.live_memberships(conn, self.tenant_id, pairs)
+        stored = await readback.live_memberships(conn, self.tenant_id, pairs)
         changed = []
         for line, pair in zip(lines, pairs, strict=True):
             member: MembershipLine = line.item
@@ -362,7 +363,7 @@ class _Importer:
         self, conn: AsyncConnection, lines: Sequence[Line], tally: Tally
     ) -> None:
         pairs = [(x.item.student_external_id, x.item.guardian_external_id) for x in lines]
-        stored = await queries.live_guardianships(conn, self.tenant_id, pairs)
+        stored = await readback.live_guardianships(conn, self.tenant_id, pairs)
         changed = [pair for pair in pairs if pair not in stored]
         tally.unchanged += len(pairs) - len(changed)
         created = await service.put_guardianships(conn, self.tenant_id, changed) if changed else 0
@@ -400,9 +401,9 @@ class _Importer:
                 await transaction.rollback()
 
 
-def _as_stored(person: PersonBatchItem) -> queries.StoredPerson:
-    return queries.StoredPerson(
-        row=queries.PersonRow(
+def _as_stored(person: PersonBatchItem) -> readback.StoredPerson:
+    return readback.StoredPerson(
+        row=records.PersonRow(
             external_id=person.external_id,
             full_name=person.full_name,
             email=person.email,

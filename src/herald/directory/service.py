@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald import vocabulary
 from herald.audit import service as audit
 from herald.auth.service import Operator
-from herald.directory import queries
+from herald.directory.queries import erasure, records
 from herald.directory.schemas import (
     MAX_BATCH,
     GroupInput,
@@ -150,20 +150,20 @@ async def upsert_people(
 
 async def _write_people(
     conn: AsyncConnection, tenant_id: str, people: Sequence[tuple[str, PersonInput]]
-) -> list[queries.UpsertedPerson]:
+) -> list[records.UpsertedPerson]:
     # Every role code of the whole batch is resolved in one query, before any write.
     wanted = {code for _, person in people for code in person.role_codes()}
-    role_ids = await queries.role_ids_by_code(conn, tenant_id, sorted(wanted))
+    role_ids = await records.role_ids_by_code(conn, tenant_id, sorted(wanted))
     unknown = sorted(wanted - role_ids.keys())
     if unknown:
         raise DirectoryRoleUnknown(
             f"unknown role code(s): {', '.join(unknown[:10])}; define them with PUT /v1/roles/{{code}}"
         )
-    upserted = await queries.upsert_people(
+    upserted = await records.upsert_people(
         conn,
         tenant_id,
         [
-            queries.PersonRow(
+            records.PersonRow(
                 external_id=external_id,
                 full_name=person.full_name,
                 email=person.email,
@@ -183,13 +183,13 @@ async def _write_people(
         for external_id, person in people
         for code in person.role_codes()
     ]
-    await queries.replace_person_roles(conn, tenant_id, list(person_ids.values()), grants)
+    await records.replace_person_roles(conn, tenant_id, list(person_ids.values()), grants)
     return upserted
 
 
 async def delete_person(conn: AsyncConnection, tenant_id: str, external_id: str) -> None:
     """Soft-delete a person (idempotent); raises PersonNotFound when the tenant has none."""
-    if not await queries.soft_delete_person(conn, tenant_id, external_id):
+    if not await records.soft_delete_person(conn, tenant_id, external_id):
         raise PersonNotFound(f"no person {external_id!r}")
 
 
@@ -221,7 +221,7 @@ async def erase_person(
     the recipient rows lose their per-recipient variables (the person's name), so only the kind,
     the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Events addressed to them
     alone (a `users` audience of just them) lose their variables too, which were theirs alone;
-    events others received keep theirs (queries.scrub_variables_of_events_for says why). Role
+    events others received keep theirs (erasure.scrub_variables_of_events_for says why). Role
     grants, memberships, guardianships, preferences, push tokens, feed read receipts and the
     follow-ups whose audience names the person go with the person.
 
@@ -229,17 +229,17 @@ async def erase_person(
     caller is recorded as `api_key` unless `operator` says who acted.
     """
     _key(external_id, "externalId")
-    person = await queries.lock_person_for_erasure(conn, tenant_id, external_id)
+    person = await erasure.lock_person_for_erasure(conn, tenant_id, external_id)
     if person is None:
         raise PersonNotFound(f"no person {external_id!r}")
-    scrubbed = await queries.scrub_deliveries_of_person(conn, person.id)
-    events = await queries.scrub_variables_of_events_for(conn, tenant_id, external_id)
+    scrubbed = await erasure.scrub_deliveries_of_person(conn, person.id)
+    events = await erasure.scrub_variables_of_events_for(conn, tenant_id, external_id)
     # An operator's name on the broadcasts they drafted or approved (kept distinct per person).
     await broadcasts.forget_operator(conn, tenant_id, external_id, person.public_id)
-    kept = await queries.orphan_recipients_of_person(conn, person.id)
-    followups = await queries.delete_followups_naming_person(conn, tenant_id, external_id)
-    await queries.delete_undeliverable_of_person(conn, person.id)
-    await queries.hard_delete_person(conn, person.id)
+    kept = await erasure.orphan_recipients_of_person(conn, person.id)
+    followups = await erasure.delete_followups_naming_person(conn, tenant_id, external_id)
+    await erasure.delete_undeliverable_of_person(conn, person.id)
+    await erasure.hard_delete_person(conn, person.id)
     await audit.record_audit(
         conn,
         operator or _api_key_operator(tenant_id),
@@ -273,7 +273,7 @@ def _api_key_operator(tenant_id: str) -> Operator:
 
 
 async def _live_person(conn: AsyncConnection, tenant_id: str, external_id: str) -> int:
-    found = await queries.live_person_ids(conn, tenant_id, [external_id])
+    found = await records.live_person_ids(conn, tenant_id, [external_id])
     if external_id not in found:
         raise PersonNotFound(f"no person {external_id!r}")
     return found[external_id]
@@ -290,7 +290,7 @@ async def upsert_role(
     _key(code, "role code")
     if any(ch.isspace() for ch in code):
         raise DirectoryValueInvalid("a role code has no whitespace")
-    public_id, created = await queries.upsert_role(
+    public_id, created = await records.upsert_role(
         conn,
         tenant_id,
         code,
@@ -311,7 +311,7 @@ async def upsert_group(
 ) -> UpsertResult:
     """Create or replace a group by external id, reviving a soft-deleted one."""
     _key(external_id, "externalId")
-    public_id, created = await queries.upsert_group(
+    public_id, created = await records.upsert_group(
         conn, tenant_id, external_id, name=group.name, kind=group.kind
     )
     return UpsertResult(id=public_id, created=created)
@@ -319,12 +319,12 @@ async def upsert_group(
 
 async def delete_group(conn: AsyncConnection, tenant_id: str, external_id: str) -> None:
     """Soft-delete a group (idempotent); raises GroupNotFound when the tenant has none."""
-    if not await queries.soft_delete_group(conn, tenant_id, external_id):
+    if not await records.soft_delete_group(conn, tenant_id, external_id):
         raise GroupNotFound(f"no group {external_id!r}")
 
 
 async def _live_group(conn: AsyncConnection, tenant_id: str, external_id: str) -> int:
-    group_id = await queries.live_group_id(conn, tenant_id, external_id)
+    group_id = await records.live_group_id(conn, tenant_id, external_id)
     if group_id is None:
         raise GroupNotFound(f"no group {external_id!r}")
     return group_id
@@ -346,7 +346,7 @@ async def put_membership(
         raise ValidationFailed(f"memberRole must be one of {', '.join(vocabulary.MEMBER_ROLES)}")
     group_id = await _live_group(conn, tenant_id, group_external_id)
     person_id = await _live_person(conn, tenant_id, person_external_id)
-    return await queries.upsert_membership(conn, tenant_id, group_id, person_id, member_role)
+    return await records.upsert_membership(conn, tenant_id, group_id, person_id, member_role)
 
 
 async def put_memberships(
@@ -364,14 +364,14 @@ async def put_memberships(
             raise ValidationFailed(
                 f"memberRole must be one of {', '.join(vocabulary.MEMBER_ROLES)}"
             )
-    groups = await queries.live_group_ids(conn, tenant_id, sorted({g for g, _, _ in memberships}))
-    people = await queries.live_person_ids(conn, tenant_id, sorted({p for _, p, _ in memberships}))
+    groups = await records.live_group_ids(conn, tenant_id, sorted({g for g, _, _ in memberships}))
+    people = await records.live_person_ids(conn, tenant_id, sorted({p for _, p, _ in memberships}))
     for group, person, _ in memberships:
         if group not in groups:
             raise GroupNotFound(f"no group {group!r}")
         if person not in people:
             raise PersonNotFound(f"no person {person!r}")
-    return await queries.upsert_memberships(
+    return await records.upsert_memberships(
         conn, tenant_id, [(groups[g], people[p], role) for g, p, role in memberships]
     )
 
@@ -382,7 +382,7 @@ async def delete_membership(
     """Soft-delete a membership (idempotent); MembershipNotFound when there never was one."""
     group_id = await _live_group(conn, tenant_id, group_external_id)
     person_id = await _live_person(conn, tenant_id, person_external_id)
-    if not await queries.soft_delete_membership(conn, tenant_id, group_id, person_id):
+    if not await records.soft_delete_membership(conn, tenant_id, group_id, person_id):
         raise MembershipNotFound(f"{person_external_id!r} is not in group {group_external_id!r}")
 
 
@@ -395,7 +395,7 @@ async def _student_and_guardian(
 ) -> tuple[int, int]:
     if student_external_id == guardian_external_id:
         raise DirectoryGuardianshipSelf()
-    found = await queries.live_person_ids(
+    found = await records.live_person_ids(
         conn, tenant_id, [student_external_id, guardian_external_id]
     )
     for external_id in (student_external_id, guardian_external_id):
@@ -415,7 +415,7 @@ async def put_guardianship(
     student_id, guardian_id = await _student_and_guardian(
         conn, tenant_id, student_external_id, guardian_external_id
     )
-    return await queries.upsert_guardianship(conn, tenant_id, student_id, guardian_id)
+    return await records.upsert_guardianship(conn, tenant_id, student_id, guardian_id)
 
 
 async def put_guardianships(
@@ -427,13 +427,13 @@ async def put_guardianships(
         raise DirectoryBatchTooLarge(f"a batch holds at most {MAX_BATCH} guardianships")
     if any(student == guardian for student, guardian in pairs):
         raise DirectoryGuardianshipSelf()
-    found = await queries.live_person_ids(
+    found = await records.live_person_ids(
         conn, tenant_id, sorted({x for pair in pairs for x in pair})
     )
     for external_id in (x for pair in pairs for x in pair):
         if external_id not in found:
             raise PersonNotFound(f"no person {external_id!r}")
-    return await queries.upsert_guardianships(
+    return await records.upsert_guardianships(
         conn, tenant_id, [(found[st], found[gd]) for st, gd in pairs]
     )
 
@@ -445,7 +445,7 @@ async def delete_guardianship(
     student_id, guardian_id = await _student_and_guardian(
         conn, tenant_id, student_external_id, guardian_external_id
     )
-    if not await queries.soft_delete_guardianship(conn, tenant_id, student_id, guardian_id):
+    if not await records.soft_delete_guardianship(conn, tenant_id, student_id, guardian_id):
         raise GuardianshipNotFound(
             f"{guardian_external_id!r} is not a guardian of {student_external_id!r}"
         )

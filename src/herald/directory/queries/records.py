@@ -1,4 +1,4 @@
-"""SQL of the directory stage: people, roles, groups, memberships, guardianships.
+"""SQL of the directory's own records: people, roles, groups, memberships, guardianships.
 
 Every statement is scoped by tenant_id; rows that link two directory objects (memberships,
 guardianships, role grants) are written only with ids this module resolved inside the tenant.
@@ -20,27 +20,22 @@ from typing import Final, ParamSpec, TypeVar
 
 from sqlalchemy import (
     Boolean,
-    and_,
-    cast,
-    delete,
     exc,
     func,
-    literal,
     literal_column,
-    or_,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONPATH, insert
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.elements import ColumnElement, Label
+from sqlalchemy.sql.elements import Label
 
 from herald.db import schema as s
 from herald.db import sqlfile
 from herald.errors import DirectoryValueInvalid
 
 # The long, set-based statements, each with what it guarantees.
-SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
+SQL = sqlfile.load(Path(__file__).with_name("directory.sql"))
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -360,156 +355,6 @@ async def soft_delete_guardianship(
     return row is not None
 
 
-# ---------------------------------------------------------------------------------------------
-# Erasure (R-ERASE-1..3): one transaction, the caller's.
-
-
-@dataclass(frozen=True)
-class ErasablePerson:
-    id: int
-    public_id: uuid.UUID
-
-
-async def lock_person_for_erasure(
-    conn: AsyncConnection, tenant_id: str, external_id: str
-) -> ErasablePerson | None:
-    """The person (live or soft-deleted), locked until the erasure commits; None when absent."""
-    row = (
-        await conn.execute(
-            select(s.person.c.id, s.person.c.public_id)
-            .where(s.person.c.tenant_id == tenant_id, s.person.c.external_id == external_id)
-            .with_for_update()
-        )
-    ).first()
-    return None if row is None else ErasablePerson(id=row.id, public_id=row.public_id)
-
-
-async def scrub_deliveries_of_person(conn: AsyncConnection, person_id: int) -> int:
-    """Null the masked address and the stored rendering on every delivery beneath the person's
-    recipient rows (R-ERASE-2); returns how many deliveries that covered."""
-    d, r = s.notification_delivery, s.notification_recipient
-    result = await conn.execute(
-        update(d)
-        .where(
-            d.c.recipient_id == r.c.id,
-            r.c.user_id == person_id,
-        )
-        .values(destination_hint=None, rendered_title=None, rendered_body=None, rendered_hash=None)
-    )
-    return int(result.rowcount)
-
-
-async def scrub_variables_of_events_for(
-    conn: AsyncConnection, tenant_id: str, external_id: str
-) -> int:
-    """Empty the variables of the tenant's events addressed to this person alone — a `users`
-    audience naming only them, or a compound of such members — and return how many changed.
-
-    Only there are the variables theirs alone: an event to a group, a role, everyone, a segment
-    or someone's guardians was received by others too, and its variables are the record of what
-    those others were told; nothing in a variable says which values are about whom, so those
-    events keep theirs. The audience itself keeps the external id (the host's own key for the
-    person): it is what the event was, and it carries nothing the host does not already hold.
-    """
-    e = s.notification_event
-    me = func.jsonb_build_array(external_id)
-    user_ids = e.c.audience["userIds"]
-    member_ids = func.jsonb_path_query_array(
-        e.c.audience, cast(literal("$.any[*].userIds[*]"), JSONPATH)
-    )
-    only_me = or_(
-        and_(
-            e.c.audience["kind"].astext == "users",
-            user_ids.op("<@")(me),
-            user_ids.op("@>")(me),
-        ),
-        and_(
-            e.c.audience["kind"].astext == "compound",
-            ~func.jsonb_path_exists(
-                e.c.audience, cast(literal('$.any[*] ? (@.kind != "users")'), JSONPATH)
-            ),
-            member_ids.op("<@")(me),
-            member_ids.op("@>")(me),
-        ),
-    )
-    result = await conn.execute(
-        update(e)
-        .where(e.c.tenant_id == tenant_id, only_me, e.c.variables != literal_column("'{}'::jsonb"))
-        .values(variables=literal_column("'{}'::jsonb"))
-    )
-    return int(result.rowcount)
-
-
-async def orphan_recipients_of_person(conn: AsyncConnection, person_id: int) -> int:
-    """Detach the person's recipient rows, keeping them and their uuid snapshot (R-ERASE-1), and
-    empty their per-recipient variables (the fan-out copies the person's name there, R-ERASE-3).
-    user_id is nulled here rather than left to the foreign key's SET NULL, so the person's delete
-    that follows finds nothing left to update."""
-    r = s.notification_recipient
-    result = await conn.execute(
-        update(r)
-        .where(r.c.user_id == person_id)
-        .values(user_id=None, variables=literal_column("'{}'::jsonb"))
-    )
-    return int(result.rowcount)
-
-
-def email_hash(email: ColumnElement[str]) -> ColumnElement[str]:
-    """The undeliverable_address key of an email, exactly as herald.receipts writes it."""
-    return func.encode(func.sha256(func.convert_to(func.lower(func.btrim(email)), "UTF8")), "hex")
-
-
-def phone_hash(phone: ColumnElement[str]) -> ColumnElement[str]:
-    """The undeliverable_address key of a phone number, exactly as herald.receipts writes it."""
-    digits = func.regexp_replace(phone, "[^0-9+]", "", "g")
-    return func.encode(func.sha256(func.convert_to(digits, "UTF8")), "hex")
-
-
-async def delete_undeliverable_of_person(conn: AsyncConnection, person_id: int) -> int:
-    """The person's email address and phone number, if a hard bounce marked them undeliverable,
-    are forgotten with them (only their hashes were kept, but a hash of a known address
-    identifies it)."""
-    u, p = s.undeliverable_address, s.person
-    result = await conn.execute(
-        delete(u).where(
-            u.c.tenant_id == p.c.tenant_id,
-            or_(
-                and_(u.c.channel == "email", u.c.address_hash == email_hash(p.c.email)),
-                and_(u.c.channel == "sms", u.c.address_hash == phone_hash(p.c.phone)),
-            ),
-            p.c.id == person_id,
-        )
-    )
-    return int(result.rowcount)
-
-
-async def delete_followups_naming_person(
-    conn: AsyncConnection, tenant_id: str, external_id: str
-) -> int:
-    """Follow-ups whose audience names the person (they are about or addressed to them, and
-    their variables may carry the person's name) go with the person."""
-    f = s.followup
-    names = func.jsonb_build_object("userIds", func.jsonb_build_array(external_id))
-    result = await conn.execute(
-        delete(f)
-        .where(
-            f.c.tenant_id == tenant_id,
-            or_(
-                f.c.audience.op("@>")(names),
-                f.c.audience["any"].op("@>")(func.jsonb_build_array(names)),
-            ),
-        )
-        .returning(f.c.id)
-    )
-    return len(result.all())
-
-
-async def hard_delete_person(conn: AsyncConnection, person_id: int) -> None:
-    """The person row itself; role grants, memberships, guardianships, preferences, push tokens
-    and feed read receipts go with it by their foreign keys' cascade."""
-    await conn.execute(delete(s.person).where(s.person.c.id == person_id))
-
-
 @translate_errors
 async def live_group_ids(
     conn: AsyncConnection, tenant_id: str, external_ids: Sequence[str]
@@ -564,146 +409,3 @@ async def upsert_guardianships(
         index_elements=[gs.c.student_id, gs.c.guardian_id], set_={"deleted_at": None}
     ).returning(_INSERTED)
     return sum(1 for created in (await conn.execute(upsert)).scalars() if created)
-
-
-# ---------------------------------------------------------------------------------------------
-# Read-back for imports: what is stored now, so an unchanged line writes nothing.
-
-
-@dataclass(frozen=True)
-class StoredPerson:
-    row: PersonRow
-    roles: frozenset[str]
-
-
-@translate_errors
-async def stored_people(
-    conn: AsyncConnection, tenant_id: str, external_ids: Sequence[str]
-) -> dict[str, StoredPerson]:
-    """The live people among `external_ids`, with their columns and role codes (two queries)."""
-    if not external_ids:
-        return {}
-    rows = (
-        await conn.execute(
-            SQL["stored_people"], {"tenant_id": tenant_id, "external_ids": list(external_ids)}
-        )
-    ).all()
-    codes: dict[int, set[str]] = {row[0]: set() for row in rows}
-    if rows:
-        granted = await conn.execute(
-            SQL["stored_person_roles"], {"tenant_id": tenant_id, "person_ids": list(codes)}
-        )
-        for person_id, code in granted.tuples():
-            codes[person_id].add(code)
-    # Rows are (id, then the PersonRow columns in their order): positional, for speed at size.
-    return {
-        row[1]: StoredPerson(row=PersonRow(*row[1:]), roles=frozenset(codes[row[0]]))
-        for row in rows
-    }
-
-
-@dataclass(frozen=True)
-class StoredRole:
-    name: str
-    scope_kind: str
-    permissions: tuple[str, ...]
-    is_superadmin: bool
-
-
-@translate_errors
-async def stored_roles(
-    conn: AsyncConnection, tenant_id: str, codes: Sequence[str]
-) -> dict[str, StoredRole]:
-    if not codes:
-        return {}
-    r = s.role
-    rows = await conn.execute(
-        select(r.c.code, r.c.name, r.c.scope_kind, r.c.permissions, r.c.is_superadmin).where(
-            r.c.tenant_id == tenant_id, r.c.code.in_(list(codes))
-        )
-    )
-    return {
-        row.code: StoredRole(
-            name=row.name,
-            scope_kind=row.scope_kind,
-            permissions=tuple(row.permissions),
-            is_superadmin=row.is_superadmin,
-        )
-        for row in rows
-    }
-
-
-@translate_errors
-async def stored_groups(
-    conn: AsyncConnection, tenant_id: str, external_ids: Sequence[str]
-) -> dict[str, tuple[str, str]]:
-    """(name, kind) of the live groups among `external_ids`."""
-    if not external_ids:
-        return {}
-    g = s.person_group
-    rows = await conn.execute(
-        select(g.c.external_id, g.c.name, g.c.kind).where(
-            g.c.tenant_id == tenant_id,
-            g.c.external_id.in_(list(external_ids)),
-            g.c.deleted_at.is_(None),
-        )
-    )
-    return {row.external_id: (row.name, row.kind) for row in rows}
-
-
-@translate_errors
-async def live_memberships(
-    conn: AsyncConnection, tenant_id: str, pairs: Sequence[tuple[str, str]]
-) -> dict[tuple[str, str], str]:
-    """Member role of each live (group external id, person external id) pair among `pairs`."""
-    if not pairs:
-        return {}
-    m, g, p = s.group_membership, s.person_group, s.person
-    rows = await conn.execute(
-        select(
-            g.c.external_id.label("group_eid"), p.c.external_id.label("person_eid"), m.c.member_role
-        )
-        .select_from(m.join(g, g.c.id == m.c.group_id).join(p, p.c.id == m.c.person_id))
-        .where(
-            m.c.tenant_id == tenant_id,
-            m.c.deleted_at.is_(None),
-            g.c.deleted_at.is_(None),
-            p.c.deleted_at.is_(None),
-            g.c.external_id.in_(sorted({group for group, _ in pairs})),
-            p.c.external_id.in_(sorted({person for _, person in pairs})),
-        )
-    )
-    wanted = set(pairs)
-    found = {(row.group_eid, row.person_eid): row.member_role for row in rows}
-    return {pair: role for pair, role in found.items() if pair in wanted}
-
-
-@translate_errors
-async def live_guardianships(
-    conn: AsyncConnection, tenant_id: str, pairs: Sequence[tuple[str, str]]
-) -> set[tuple[str, str]]:
-    """The live (student external id, guardian external id) pairs among `pairs`."""
-    if not pairs:
-        return set()
-    gs = s.guardianship
-    student, guardian = s.person.alias("student"), s.person.alias("guardian")
-    rows = await conn.execute(
-        select(
-            student.c.external_id.label("student_eid"), guardian.c.external_id.label("guardian_eid")
-        )
-        .select_from(
-            gs.join(student, student.c.id == gs.c.student_id).join(
-                guardian, guardian.c.id == gs.c.guardian_id
-            )
-        )
-        .where(
-            gs.c.tenant_id == tenant_id,
-            gs.c.deleted_at.is_(None),
-            student.c.deleted_at.is_(None),
-            guardian.c.deleted_at.is_(None),
-            student.c.external_id.in_(sorted({st for st, _ in pairs})),
-            guardian.c.external_id.in_(sorted({gd for _, gd in pairs})),
-        )
-    )
-    wanted = set(pairs)
-    return {(row.student_eid, row.guardian_eid) for row in rows} & wanted
