@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from herald.config import Settings
 from herald.kinds import Registry
 from herald.scheduling import service as lease
-from herald.scheduling.broadcasts import service
+from herald.scheduling.broadcasts import releasing
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +58,13 @@ async def run_tick(
             )
             if not report.leader:
                 return report
-            due = await service.due_broadcasts(conn, limit=DUE_BATCH)
+            due = await releasing.due_broadcasts(conn, limit=DUE_BATCH)
         for item in due:
             if stop is not None and stop.is_set():
                 return report
             try:
                 async with engine.begin() as conn:
-                    event_id = await service.release_broadcast(conn, registry, item)
+                    event_id = await releasing.release_broadcast(conn, registry, item)
             except Exception:
                 report.errors += 1
                 log.exception("broadcast %s (tenant %s): not released; it stays due", *_ids(item))
@@ -77,13 +77,13 @@ async def run_tick(
     after = 0
     while True:
         async with engine.begin() as conn:
-            unsettled = await service.unsettled_broadcasts(conn, after_id=after, limit=DUE_BATCH)
+            unsettled = await releasing.unsettled_broadcasts(conn, after_id=after, limit=DUE_BATCH)
         for item in unsettled:
             if stop is not None and stop.is_set():
                 return report
             try:
                 async with engine.begin() as conn:
-                    outcome = await service.settle_broadcast(conn, item)
+                    outcome = await releasing.settle_broadcast(conn, item)
             except Exception:
                 report.errors += 1
                 log.exception("broadcast %s (tenant %s): not settled this tick", *_ids(item))
@@ -102,7 +102,7 @@ async def run_tick(
         after = unsettled[-1].id
 
 
-def _ids(item: service.Due) -> tuple[int, str]:
+def _ids(item: releasing.Due) -> tuple[int, str]:
     return item.id, item.tenant_id
 
 
