@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from herald.admin.templates.service import Page
+from herald.admin.paging import Page
 from herald.auth.service import Operator
 from herald.channels.mock import MockProvider
 from herald.config import Settings

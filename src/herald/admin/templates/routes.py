@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response, status
 
 from herald import vocabulary
+from herald.admin import paging
 from herald.admin.templates import service
 from herald.admin.templates.schemas import (
     KindPage,
@@ -43,7 +44,7 @@ async def list_templates(
     cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> TemplatePage:
-    page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
+    page = paging.parse_page(limit=limit, cursor=cursor, pagination=pagination)
     where = service.parse_filter(kind=kind, channel=channel, locale=locale, status=status_)
     async with transaction(request) as conn:
         return await service.list_templates(conn, operator, where, page)
@@ -57,7 +58,7 @@ async def list_kinds(
     cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> KindPage:
-    page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
+    page = paging.parse_page(limit=limit, cursor=cursor, pagination=pagination)
     async with transaction(request) as conn:
         return await service.list_kinds(conn, operator, state(request).registry, page)
 
@@ -117,7 +118,7 @@ async def delete_template(
     template_id: str,
     version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> Response:
-    expected = service.parse_version(version)
+    expected = paging.parse_version(version)
     async with transaction(request) as conn:
         await service.delete_template(conn, operator, template_id, expected)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -132,6 +133,6 @@ async def list_versions(
     cursor: Cursor = None,
     pagination: Pagination = None,
 ) -> TemplateVersionPage:
-    page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
+    page = paging.parse_page(limit=limit, cursor=cursor, pagination=pagination)
     async with transaction(request) as conn:
         return await service.list_versions(conn, operator, template_id, page)

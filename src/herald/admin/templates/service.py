@@ -24,9 +24,6 @@ caller without the permission (R-SEC-7); a list answers an empty page.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -37,6 +34,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.admin import paging
 from herald.admin.templates import queries
 from herald.admin.templates.schemas import (
     ChannelEntry,
@@ -60,8 +58,6 @@ from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator, require_permission
 from herald.errors import (
     ChannelUnknown,
-    CursorInvalid,
-    PaginationRequired,
     TemplateBodyBlank,
     TemplateNotFound,
     TemplateOverrideExists,
@@ -99,22 +95,13 @@ TITLED_CHANNELS = frozenset({"in_app", "email", "push"})
 SECRET_SAMPLE = "••••••"
 RECIPIENT_SAMPLES: Mapping[str, str] = {"name": "Sita Sharma"}
 
-DEFAULT_LIMIT = 20
-MAX_LIMIT = 100
-_MAX_BIGINT = 2**63 - 1
 
 # Every `{{…}}` span, as interpolate sees it; braces left over outside one are a typo.
 _BRACED = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 
 
 # ---------------------------------------------------------------------------------------------
-# Query-string parsing (before any transaction opens; every refusal is a 400 with a code)
-
-
-@dataclass(frozen=True)
-class Page:
-    limit: int
-    cursor: str | None
+# The list filter (before any transaction opens; every refusal is a 400 with a code)
 
 
 @dataclass(frozen=True)
@@ -123,21 +110,6 @@ class TemplateFilter:
     channel: str | None = None
     locale: str | None = None
     status: str | None = None
-
-
-def parse_page(*, limit: str | int | None, cursor: str | None, pagination: str | None) -> Page:
-    """R-ADMIN-9: lists are always paged; `pagination=…` in any spelling is refused."""
-    if pagination is not None:
-        raise PaginationRequired("admin lists are paged; pagination cannot be disabled")
-    if limit is None:
-        return Page(DEFAULT_LIMIT, cursor)
-    try:
-        value = int(limit)
-    except ValueError:
-        raise ValidationFailed(f"limit must be an integer from 1 to {MAX_LIMIT}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise ValidationFailed(f"limit must be an integer from 1 to {MAX_LIMIT}")
-    return Page(value, cursor)
 
 
 def parse_filter(
@@ -153,66 +125,25 @@ def parse_filter(
     return TemplateFilter(kind=kind, channel=channel, locale=locale, status=status)
 
 
-def parse_version(raw: str | int | None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationFailed("version must be a positive integer") from None
-    if value < 1:
-        raise ValidationFailed("version must be a positive integer")
-    return value
-
-
-# Cursors are opaque: base64 of a JSON array tagged with the list that issued it, so a cursor
-# from one list is refused by another instead of silently meaning something else.
-
-
-def _encode_cursor(tag: str, *values: str | int) -> str:
-    raw = json.dumps([tag, *values], separators=(",", ":"), ensure_ascii=False)
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str, tag: str, shape: tuple[type, ...]) -> list[Any]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value = json.loads(raw)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise CursorInvalid() from None
-    if not isinstance(value, list) or len(value) != len(shape) + 1 or value[0] != tag:
-        raise CursorInvalid()
-    items = value[1:]
-    for item, expected in zip(items, shape, strict=True):
-        # type() rather than isinstance(): a JSON true is not the integer 1.
-        if type(item) is not expected:
-            raise CursorInvalid()
-        if isinstance(item, int) and not 1 <= item <= _MAX_BIGINT:
-            raise CursorInvalid()
-        if isinstance(item, str) and "\x00" in item:
-            raise CursorInvalid()  # text cannot hold NUL; refused here, not by the database
-    return items
-
-
 # ---------------------------------------------------------------------------------------------
 # Lists
 
 
 async def list_kinds(
-    conn: AsyncConnection, operator: Operator, registry: Registry, page: Page
+    conn: AsyncConnection, operator: Operator, registry: Registry, page: paging.Page
 ) -> KindPage:
     """The registry's kinds with their variables (and samples), channels, shipped wording and
     which (channel, locale) this tenant has overridden; kinds in name order."""
     if not operator.may(READ):
         return KindPage(items=[], next_cursor=None)
-    after = _decode_cursor(page.cursor, "k", (str,))[0] if page.cursor is not None else None
+    after = paging.decode_cursor(page.cursor, "k", (str,))[0] if page.cursor is not None else None
     kinds = sorted((k for k in registry if after is None or k.name > after), key=lambda k: k.name)
     chosen, more = kinds[: page.limit], len(kinds) > page.limit
     rows = await queries.overrides_of_kinds(conn, operator.tenant_id, [k.name for k in chosen])
     by_key = {(r["kind"], r["channel"], r["locale"]): r for r in rows}
     return KindPage(
         items=[_kind_entry(kind, by_key) for kind in chosen],
-        next_cursor=_encode_cursor("k", chosen[-1].name) if more else None,
+        next_cursor=paging.encode_cursor("k", chosen[-1].name) if more else None,
     )
 
 
@@ -265,14 +196,14 @@ def _kind_entry(kind: Kind, overrides: Mapping[tuple[str, str, str], RowMapping]
 
 
 async def list_templates(
-    conn: AsyncConnection, operator: Operator, where: TemplateFilter, page: Page
+    conn: AsyncConnection, operator: Operator, where: TemplateFilter, page: paging.Page
 ) -> TemplatePage:
     """This tenant's overrides, one item per row, in (kind, channel, locale, id) order."""
     if not operator.may(READ):
         return TemplatePage(items=[], next_cursor=None)
     after = None
     if page.cursor is not None:
-        kind, channel, locale, row_id = _decode_cursor(page.cursor, "t", (str, str, str, int))
+        kind, channel, locale, row_id = paging.decode_cursor(page.cursor, "t", (str, str, str, int))
         after = (kind, channel, locale, row_id)
     rows = await queries.list_page(
         conn,
@@ -288,19 +219,21 @@ async def list_templates(
     next_cursor = None
     if more:
         last = chosen[-1]
-        next_cursor = _encode_cursor("t", last["kind"], last["channel"], last["locale"], last["id"])
+        next_cursor = paging.encode_cursor(
+            "t", last["kind"], last["channel"], last["locale"], last["id"]
+        )
     return TemplatePage(items=[_out(row) for row in chosen], next_cursor=next_cursor)
 
 
 async def list_versions(
-    conn: AsyncConnection, operator: Operator, template_id: str, page: Page
+    conn: AsyncConnection, operator: Operator, template_id: str, page: paging.Page
 ) -> TemplateVersionPage:
     """An override's version rows, newest first."""
     _require(operator, READ)
     row = await _find(conn, operator, template_id)
     after = None
     if page.cursor is not None:
-        version, row_id = _decode_cursor(page.cursor, "v", (int, int))
+        version, row_id = paging.decode_cursor(page.cursor, "v", (int, int))
         after = (version, row_id)
     rows = await queries.versions_page(
         conn, operator.tenant_id, row["id"], after=after, limit=page.limit + 1
@@ -318,7 +251,9 @@ async def list_versions(
             )
             for r in chosen
         ],
-        next_cursor=_encode_cursor("v", chosen[-1]["version"], chosen[-1]["id"]) if more else None,
+        next_cursor=paging.encode_cursor("v", chosen[-1]["version"], chosen[-1]["id"])
+        if more
+        else None,
     )
 
 

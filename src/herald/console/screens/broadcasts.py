@@ -9,7 +9,7 @@ from fastapi import Response
 from fastapi.responses import RedirectResponse
 
 from herald import vocabulary
-from herald.admin.templates import service as templates
+from herald.admin import paging
 from herald.auth.deps import state
 from herald.console import core
 from herald.console.core import Console, ConsoleDep, blank, form_of, render, tenant_transaction
@@ -37,7 +37,7 @@ def _json_field(form: Mapping[str, str], name: str, default: object) -> object:
 @router.get("/broadcasts")
 async def broadcasts_page(console: ConsoleDep, cursor: str | None = None) -> Response:
     _broadcasts_only(console)
-    page = templates.parse_page(limit=20, cursor=blank(cursor), pagination=None)
+    page = paging.parse_page(limit=20, cursor=blank(cursor), pagination=None)
     async with tenant_transaction(console) as conn:
         listed = await broadcasts.list_broadcasts(conn, console.operator, page)
     return render(console, "broadcasts.html", page=listed)
@@ -99,7 +99,7 @@ async def broadcast_progress(console: ConsoleDep, broadcast_id: str) -> Response
 async def broadcast_approve(console: ConsoleDep, broadcast_id: str) -> Response:
     _broadcasts_only(console)
     form = await form_of(console)
-    version = templates.parse_version(form.get("version"))
+    version = paging.parse_version(form.get("version"))
     async with tenant_transaction(console) as conn:
         await broadcasts.approve_broadcast(
             conn,

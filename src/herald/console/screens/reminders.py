@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Response
 
-from herald.admin.templates import service as templates
+from herald.admin import paging
 from herald.console import core
 from herald.console.core import ConsoleDep, blank, render, tenant_transaction
 from herald.errors import NotFound
@@ -19,7 +19,7 @@ NEXT_OCCURRENCES = 3
 async def reminders_page(console: ConsoleDep, cursor: str | None = None) -> Response:
     if not console.may_reminders:
         raise NotFound()
-    page = templates.parse_page(limit=20, cursor=blank(cursor), pagination=None)
+    page = paging.parse_page(limit=20, cursor=blank(cursor), pagination=None)
     async with tenant_transaction(console) as conn:
         listed = await reminders.list_reminders(conn, console.operator, page)
         upcoming = {

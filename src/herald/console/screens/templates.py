@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import Response
 from fastapi.responses import RedirectResponse
 
+from herald.admin import paging
 from herald.admin.templates import service as templates
 from herald.admin.templates.schemas import (
     PreviewRequest,
@@ -30,7 +31,7 @@ def _templates_only(console: Console) -> None:
 @router.get("/templates")
 async def templates_page(console: ConsoleDep, cursor: str | None = None) -> Response:
     _templates_only(console)
-    page = templates.parse_page(limit=20, cursor=blank(cursor), pagination=None)
+    page = paging.parse_page(limit=20, cursor=blank(cursor), pagination=None)
     async with tenant_transaction(console) as conn:
         kinds = await templates.list_kinds(
             conn, console.operator, state(console.request).registry, page
@@ -143,7 +144,7 @@ async def template_update(console: ConsoleDep, template_id: str) -> Response:
     _templates_only(console)
     form = await form_of(console)
     action = form.get("action", "save")
-    version = templates.parse_version(form.get("version"))
+    version = paging.parse_version(form.get("version"))
     if version is None:
         raise ValidationFailed("version is required")
     registry = state(console.request).registry

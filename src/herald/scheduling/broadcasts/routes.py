@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, status
 
-from herald.admin.templates.service import parse_page
+from herald.admin.paging import parse_page
 from herald.auth.deps import Cursor, Limit, OperatorDep, body_of, state, transaction
 from herald.errors import FeatureDisabled
 from herald.scheduling.broadcasts import service

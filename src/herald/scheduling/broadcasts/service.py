@@ -23,9 +23,6 @@ finish and are recorded as they end.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -37,8 +34,9 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.admin import paging
+from herald.admin.paging import Page
 from herald.admin.templates import service as templates
-from herald.admin.templates.service import Page
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
@@ -56,7 +54,6 @@ from herald.errors import (
     BroadcastTemplateInvalid,
     BroadcastVersionConflict,
     ChannelUnknown,
-    CursorInvalid,
     HeraldError,
     SecretInVariables,
     TemplateNotFound,
@@ -176,12 +173,12 @@ async def create_broadcast(
 async def list_broadcasts(conn: AsyncConnection, operator: Operator, page: Page) -> BroadcastPage:
     if not operator.may(READ):
         return BroadcastPage(items=[], next_cursor=None)
-    before = _decode_cursor(page.cursor) if page.cursor is not None else None
+    before = paging.decode_cursor(page.cursor, "b", (int,))[0] if page.cursor is not None else None
     rows = await queries.list_page(conn, operator.tenant_id, before_id=before, limit=page.limit + 1)
     chosen, more = rows[: page.limit], len(rows) > page.limit
     return BroadcastPage(
         items=[await _out(conn, row) for row in chosen],
-        next_cursor=_encode_cursor(chosen[-1]["id"]) if more else None,
+        next_cursor=paging.encode_cursor("b", chosen[-1]["id"]) if more else None,
     )
 
 
@@ -459,28 +456,6 @@ def _check_version(row: RowMapping, read: int) -> None:
         raise BroadcastVersionConflict(
             f"the broadcast is at version {row['version']}, not {read}; re-read it and try again"
         )
-
-
-def _encode_cursor(row_id: int) -> str:
-    raw = json.dumps(["b", row_id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> int:
-    try:
-        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise CursorInvalid() from None
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or value[0] != "b"
-        or isinstance(value[1], bool)
-        or not isinstance(value[1], int)
-        or not 1 <= value[1] <= 2**63 - 1
-    ):
-        raise CursorInvalid()
-    return value[1]
 
 
 def _snapshot(row: RowMapping) -> dict[str, Any]:

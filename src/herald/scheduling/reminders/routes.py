@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
-from herald.admin.templates.service import parse_page, parse_version
+from herald.admin.paging import parse_page, parse_version
 from herald.auth.deps import Cursor, Limit, OperatorDep, body_of, state, transaction
 from herald.errors import FeatureDisabled
 from herald.scheduling.reminders import service

@@ -22,9 +22,6 @@ scheduler back from an outage fires only the latest missed occurrence, and only 
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +32,8 @@ from pydantic import AwareDatetime, TypeAdapter, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.admin.templates.service import Page
+from herald.admin import paging
+from herald.admin.paging import Page
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
@@ -251,14 +249,14 @@ async def create_reminder(
 async def list_reminders(conn: AsyncConnection, operator: Operator, page: Page) -> ReminderPage:
     if not operator.may(READ):
         return ReminderPage(items=[], next_cursor=None)
-    after = _decode_cursor(page.cursor, "r")[0] if page.cursor is not None else None
+    after = paging.decode_cursor(page.cursor, "r", (int,))[0] if page.cursor is not None else None
     if after is not None and not isinstance(after, int):
         raise CursorInvalid()
     rows = await queries.list_page(conn, operator.tenant_id, after_id=after, limit=page.limit + 1)
     chosen, more = rows[: page.limit], len(rows) > page.limit
     return ReminderPage(
         items=[_out(row) for row in chosen],
-        next_cursor=_encode_cursor("r", chosen[-1]["id"]) if more else None,
+        next_cursor=paging.encode_cursor("r", chosen[-1]["id"]) if more else None,
     )
 
 
@@ -355,7 +353,7 @@ async def list_runs(
     row = await _find(conn, operator, reminder_id)
     before = None
     if page.cursor is not None:
-        occurrence, run_id = _decode_cursor(page.cursor, "u")
+        occurrence, run_id = paging.decode_cursor(page.cursor, "u", (str, int))
         if not isinstance(occurrence, str) or not isinstance(run_id, int):
             raise CursorInvalid()
         try:
@@ -378,7 +376,7 @@ async def list_runs(
             for r in chosen
         ],
         next_cursor=(
-            _encode_cursor("u", chosen[-1]["occurrence"].isoformat(), chosen[-1]["id"])
+            paging.encode_cursor("u", chosen[-1]["occurrence"].isoformat(), chosen[-1]["id"])
             if more
             else None
         ),
@@ -521,27 +519,6 @@ def _check_version(row: RowMapping, read: int) -> None:
         raise ReminderVersionConflict(
             f"the reminder is at version {row['version']}, not {read}; re-read it and try again"
         )
-
-
-def _encode_cursor(tag: str, *values: str | int) -> str:
-    raw = json.dumps([tag, *values], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str, tag: str) -> list[Any]:
-    try:
-        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise CursorInvalid() from None
-    if not isinstance(value, list) or len(value) < 2 or value[0] != tag:
-        raise CursorInvalid()
-    items = value[1:]
-    for item in items:
-        if isinstance(item, bool) or (isinstance(item, int) and not 1 <= item <= 2**63 - 1):
-            raise CursorInvalid()
-        if isinstance(item, str) and "\x00" in item:
-            raise CursorInvalid()
-    return items
 
 
 def _snapshot(row: RowMapping) -> dict[str, Any]:
