@@ -33,6 +33,7 @@ from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class InAppNotice:
     """What the realtime publisher may say about a new in-app row: no title, no body (R-REALTIME-7)."""
