@@ -33,6 +33,7 @@ from herald.db.engine import make_async_engine  # noqa: E402
 from herald.fanout import queries  # noqa: E402
 from herald.fanout import service as fanout  # noqa: E402
 from herald.fanout.pagewrite import queries as pagewrite  # noqa: E402
+from herald.fanout.wording import in_app_wording  # noqa: E402
 from herald.kinds.sample import SAMPLE_REGISTRY  # noqa: E402
 
 
@@ -75,7 +76,7 @@ async def run(url: str, batch: int, at: set[int]) -> None:
                 await tenancy.enter_tenant(conn, event.tenant_id)
                 cursor = await queries.lock_claimed_event(conn, event.id, token)
                 assert cursor is not None
-                wording = pagewrite.in_app_wording(
+                wording = in_app_wording(
                     kind,  # type: ignore[arg-type]
                     event.variables,
                     await fanout._overrides(conn, event),

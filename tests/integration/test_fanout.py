@@ -25,6 +25,7 @@ from herald.kinds.sample import SAMPLE_REGISTRY
 from herald.runtime.worker import ChannelWakes, run_worker
 from herald.sending.service import SendInput, asend
 from tests import seed
+from tests.integration import fanout_reference
 
 ANNOUNCE = {"title": "Sports day moved", "message": "It is now on Friday."}
 
@@ -579,7 +580,8 @@ async def test_a_fanout_that_keeps_failing_is_given_up_not_retried_forever(
 async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
     engine: AsyncEngine, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The set-based batch (fanout.pagewrite) decides every row as the row-by-row path does:
+    """The set-based batch (fanout.pagewrite) decides every row as the row-by-row reference
+    (tests/integration/fanout_reference.py) does:
     statuses (preference override beating a channel switch, a muted channel, a suspended person,
     push with two tokens and with none), in-app wording per locale (own, language, default,
     operator override with its version, a missing name rendered "there") and the content hash.
@@ -653,7 +655,7 @@ async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
         )
         with monkeypatch.context() as patch:
             if not set_based:
-                patch.setattr(fanout.pagewrite, "eligible", lambda kind, channels: False)
+                patch.setattr(fanout, "_write_page_set", fanout_reference.write_page)
             await run_to_completion(engine, tenant, batch_size=3)
         r, d, p = s.notification_recipient, s.notification_delivery, s.person
         e = s.notification_event
@@ -698,6 +700,56 @@ async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
     assert by_set[("ne-np", "push", None)][0] == "skipped_no_destination"
     assert sum(1 for key in by_set if key[:2] == ("en", "push")) == 2
     assert len(by_set) == 7 * 3 + 1
+
+
+async def test_an_in_app_builder_function_takes_the_set_based_batch(
+    engine: AsyncEngine, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-FANOUT-12, R-RENDER-13: an in-app builder *function* is rendered once per locale with
+    the name's placeholder, and the set-based batch writes what the row-by-row reference writes:
+    the builder's wording with each recipient's name, and skipped_no_template for only the
+    in-app rows of the locale whose builder raises."""
+
+    def english(values: Any) -> Template:
+        return Template(title="{{title}}", body="Hello {{name}}: " + values["message"])
+
+    def nepali(values: Any) -> Template:
+        raise KeyError("studentName")
+
+    built = Kind(
+        name="announcement.posted",
+        category="announcement",
+        channels=("in_app", "email"),
+        variables={"title": "t", "message": "m"},
+        templates={
+            "in_app": {"en": english, "ne": nepali},
+            "email": {"en": Template(title="{{title}}", body="{{message}}")},
+        },
+    )
+    registry = Registry([built])
+    await school(engine, tenant, students=2)  # g0 reads Nepali
+
+    async def fan_out(reference: bool) -> list[dict[str, Any]]:
+        event_id = await send_event(engine, tenant)
+        with monkeypatch.context() as patch:
+            if reference:
+                patch.setattr(fanout, "_write_page_set", fanout_reference.write_page)
+            await run_to_completion(engine, tenant, registry=registry)
+        moments = ("sent_at", "skipped_at", "queued_at")
+        return [
+            {k: v for k, v in row.items() if k not in moments}
+            for row in await deliveries(engine, event_id)
+        ]
+
+    by_rows = await fan_out(reference=True)
+    by_set = await fan_out(reference=False)
+    assert by_set == by_rows
+    rows = {(r["external_id"], r["channel"]): r for r in by_set}
+    assert rows[("g1", "in_app")]["status"] == "delivered"
+    assert rows[("g1", "in_app")]["rendered_body"] == "Hello Parent 1: It is now on Friday."
+    assert rows[("g0", "in_app")]["status"] == "skipped_no_template"
+    assert rows[("g0", "in_app")]["rendered_body"] is None
+    assert rows[("g0", "email")]["status"] == "queued"
 
 
 def test_a_delivery_notify_wakes_the_channels_it_names() -> None:

@@ -34,6 +34,7 @@ from herald.audience import service as audience
 from herald.db.engine import libpq_url
 from herald.fanout.pagewrite import queries as pagewrite
 from herald.fanout.queries import SQL
+from herald.fanout.wording import in_app_wording
 from herald.kinds.sample import SAMPLE_REGISTRY
 from tests.plans import by_parent
 
@@ -171,7 +172,7 @@ def test_batch_write_probes_use_their_indexes_under_a_generic_plan(
         kind=kind,
         renders_in_app=True,
     )
-    wording = pagewrite.in_app_wording(kind, dict(kind.variables), {})
+    wording = in_app_wording(kind, dict(kind.variables), {})
     compiled = statement.compile(dialect=postgresql.psycopg.dialect())  # type: ignore[attr-defined]
     sql = re.sub(r"%\((\w+)\)s", r":\1", str(compiled))
     values = compiled.construct_params({"fanout_after": 0, **pagewrite.wording_params(wording)})

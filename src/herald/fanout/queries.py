@@ -96,7 +96,10 @@ async def insert_recipients(
     names: Sequence[str],
     locales: Sequence[str],
 ) -> dict[int, tuple[int, uuid.UUID]]:
-    """Insert the page's recipients; return {person_id: (recipient id, public id)} for rows inserted now."""
+    """Insert the page's recipients; return {person_id: (recipient id, public id)} for rows inserted now.
+
+    No src caller: the fan-out writes its recipients in the batch statement (fanout.pagewrite);
+    the row-by-row reference (tests/integration/fanout_reference.py) uses this."""
     result = await conn.execute(
         SQL["insert_recipients"],
         {
@@ -115,7 +118,8 @@ async def insert_recipients(
 
 @dataclass
 class DeliveryRows:
-    """Column arrays for one INSERT … SELECT FROM unnest(…)."""
+    """Column arrays for one INSERT … SELECT FROM unnest(…): `insert_deliveries`' rows, which
+    only the row-by-row reference (tests/integration/fanout_reference.py) builds."""
 
     recipient_ids: list[int]
     channels: list[str]
@@ -166,6 +170,9 @@ async def insert_deliveries(
     occurred_at: datetime,
     rows: DeliveryRows,
 ) -> None:
+    """Insert one page's deliveries. No src caller: the fan-out writes its deliveries in the batch
+    statement (fanout.pagewrite); the row-by-row reference (tests/integration/fanout_reference.py)
+    uses this."""
     if not rows:
         return
     await conn.execute(
@@ -219,7 +226,9 @@ async def release_stale_fanout_claims(
 async def active_push_tokens(
     conn: AsyncConnection, person_ids: Sequence[int]
 ) -> dict[int, list[int]]:
-    """{person_id: [token ids]} of the page's active push tokens, in one query."""
+    """{person_id: [token ids]} of the page's active push tokens, in one query. No src caller:
+    the batch statement joins the tokens (fanout.pagewrite); the row-by-row reference
+    (tests/integration/fanout_reference.py) uses this."""
     t = s.notification_push_token
     rows = await conn.execute(
         select(t.c.person_id, t.c.id)
@@ -255,6 +264,8 @@ async def release_orphaned_fanout_claims(
 
 
 async def wake_delivery_workers(conn: AsyncConnection) -> None:
+    """Wake every delivery worker. No src caller: the batch statement wakes the channels it queued
+    itself; the row-by-row reference (tests/integration/fanout_reference.py) uses this."""
     await conn.execute(select(func.pg_notify(DELIVERY_CHANNEL, "")))
 
 

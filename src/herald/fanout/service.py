@@ -4,10 +4,9 @@ A batch is one transaction over one keyset page of the audience (R-FANOUT-3): it
 claim under the event's row lock, then writes the page's recipients and deliveries in ONE
 set-based statement (fanout.pagewrite: the audience page, the preferences joined in SQL, the
 in-app wording rendered once per locale — overrides read once per batch and only when in_app is
-requested, R-FANOUT-13), and advances the cursor — or completes the event — in the same
-transaction (R-FANOUT-7). A kind whose in-app template is a builder function keeps the
-row-by-row path (`_write_page`: preferences in two queries, R-PREF-5). Realtime publishes happen
-after commit, outside this module (R-REALTIME-5).
+requested, R-FANOUT-13, herald.fanout.wording), and advances the cursor — or completes the
+event — in the same transaction (R-FANOUT-7). Every kind takes this one path, an in-app builder
+function included. Realtime publishes happen after commit, outside this module (R-REALTIME-5).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,15 +25,13 @@ from herald.audience import service as audience
 from herald.db import compiled, presence, tenancy
 from herald.fanout import queries
 from herald.fanout.pagewrite import queries as pagewrite
-from herald.fanout.queries import ClaimedEvent, DeliveryRows
+from herald.fanout.queries import ClaimedEvent
+from herald.fanout.wording import in_app_wording
 from herald.kinds import Kind, Registry
-from herald.preferences import service as preferences
-from herald.rendering.render import Override, OverrideKey, render
+from herald.rendering.render import Override, OverrideKey
 from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
-
-GONE_STATUSES = frozenset(pagewrite.GONE_STATUSES)
 
 
 @dataclass(frozen=True)
@@ -105,26 +101,8 @@ async def fan_out_batch(
         log.error(
             "event %s names kind %s, which the registry no longer has", event.public_id, event.kind
         )
-    if pagewrite.eligible(kind, event.channels):
-        page_size, last = await _write_page_set(conn, event, kind, cursor, batch_size, outcome)
-        cursor = last if last is not None else cursor
-    else:
-        members = await audience.resolve_audience_page(
-            conn,
-            event.tenant_id,
-            event.audience,
-            cursor,
-            batch_size,
-            created_until=event.audience_frozen_at,
-        )
-        page_size = len(members)
-        if members:
-            # People who joined after a broadcast's freeze move the cursor but get nothing
-            # (R-BCAST-8).
-            admitted = [m for m in members if m.admitted]
-            if admitted:
-                await _write_page(conn, event, admitted, registry, outcome)
-            cursor = members[-1].person_id
+    page_size, last = await _write_page_set(conn, event, kind, cursor, batch_size, outcome)
+    cursor = last if last is not None else cursor
 
     if page_size < batch_size:
         # A short page is the last one: complete in the same transaction as its rows.
@@ -162,7 +140,7 @@ async def _write_page_set(
     wording = None
     if "in_app" in event.channels and kind is not None and "in_app" in kind.channels:
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
-        wording = pagewrite.in_app_wording(kind, event.variables, await _overrides(conn, event))
+        wording = in_app_wording(kind, event.variables, await _overrides(conn, event))
     statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
     async with compiled.unprepared(conn):
         row = (
@@ -235,128 +213,6 @@ def _batch_statement(
             del _STATEMENTS[next(iter(_STATEMENTS))]
         _STATEMENTS[key] = found
     return found
-
-
-async def _write_page(
-    conn: AsyncConnection,
-    event: ClaimedEvent,
-    members: list[audience.AudienceMember],
-    registry: Registry,
-    outcome: BatchOutcome,
-) -> None:
-    kind = registry.get(event.kind)
-    inserted = await queries.insert_recipients(
-        conn,
-        tenant_id=event.tenant_id,
-        event_id=event.id,
-        occurred_at=event.occurred_at,
-        person_ids=[m.person_id for m in members],
-        public_ids=[m.public_id for m in members],
-        role_ids=[m.role_id for m in members],
-        # R-AUD-15: a missing name renders "there", never the literal placeholder.
-        names=[m.full_name or "there" for m in members],
-        locales=[m.locale for m in members],
-    )
-    outcome.recipients_written = len(inserted)
-    if not inserted:
-        return  # every person on this page was written by an earlier attempt, deliveries included
-
-    fresh = [m for m in members if m.person_id in inserted]
-    person_ids = [m.person_id for m in fresh]
-    snapshot = await preferences.load_preferences(conn, person_ids)
-    tokens = await queries.active_push_tokens(conn, person_ids) if "push" in event.channels else {}
-    overrides = await _overrides(conn, event) if "in_app" in event.channels else {}
-
-    rows = DeliveryRows.empty()
-    for member in fresh:
-        recipient_id, recipient_public_id = inserted[member.person_id]
-        for channel in event.channels:
-            _plan_delivery(
-                rows,
-                event,
-                kind,
-                member,
-                (recipient_id, recipient_public_id),
-                channel,
-                snapshot,
-                tokens,
-                overrides,
-                outcome,
-            )
-    await queries.insert_deliveries(
-        conn, tenant_id=event.tenant_id, event_id=event.id, occurred_at=event.occurred_at, rows=rows
-    )
-    outcome.deliveries_written = len(rows)
-    if "queued" in rows.statuses:
-        await queries.wake_delivery_workers(conn)
-
-
-def _plan_delivery(
-    rows: DeliveryRows,
-    event: ClaimedEvent,
-    kind: Kind | None,
-    member: audience.AudienceMember,
-    recipient: tuple[int, uuid.UUID],
-    channel: str,
-    snapshot: preferences.PreferenceSnapshot,
-    tokens: Mapping[int, list[int]],
-    overrides: Mapping[OverrideKey, Override],
-    outcome: BatchOutcome,
-) -> None:
-    """Decide one (recipient, channel) row. Every requested channel gets a row, suppressed ones
-    included, so the record answers "why did this parent not get it" (R-FANOUT-11)."""
-    recipient_id, recipient_public_id = recipient
-    if kind is None or channel not in kind.channels:
-        rows.add(recipient_id, channel, "skipped_no_template", skipped=True)  # R-STATE-3
-        return
-    if member.status in GONE_STATUSES:
-        rows.add(recipient_id, channel, "skipped_recipient_gone", skipped=True)  # decision 5
-        return
-    if not snapshot.allows(member.person_id, kind, channel):
-        rows.add(recipient_id, channel, "skipped_preference", skipped=True)
-        return
-    if channel == "in_app":
-        values = {**event.variables, "name": member.full_name or "there"}
-        rendered = render(kind, channel, member.locale, values, overrides)
-        if rendered is None:
-            rows.add(recipient_id, channel, "skipped_no_template", skipped=True)  # R-RENDER-13
-            return
-        # Complete the moment it is written, content and all (R-FANOUT-2, R-FANOUT-12).
-        rows.add(
-            recipient_id,
-            channel,
-            "delivered",
-            title=rendered.title if kind.persist_rendered else None,
-            body=rendered.body if kind.persist_rendered else None,
-            template_version=rendered.template_version,
-            rendered_hash=rendered.content_hash,
-        )
-        outcome.in_app.append(
-            InAppNotice(
-                tenant_id=event.tenant_id,
-                person_id=member.person_id,
-                recipient_public_id=recipient_public_id,
-                kind=event.kind,
-                category=event.category,
-                priority=event.priority,
-                occurred_at=event.occurred_at,
-                audience_role_id=member.role_id,
-            )
-        )
-        return
-    if channel == "push":
-        # One delivery per active token, each with its own status (R-FANOUT-6).
-        targets = tokens.get(member.person_id)
-        if not targets:
-            rows.add(recipient_id, channel, "skipped_no_destination", skipped=True)
-            return
-        for token_id in targets:
-            rows.add(recipient_id, channel, "queued", target_id=token_id)
-        return
-    # Remote channels are rendered at send time, after the secret is resolved (R-SECRET-4).
-    # A kind with a digest on this channel waits for its window (herald.digests).
-    held = kind.digest is not None and channel in kind.digest.channels
-    rows.add(recipient_id, channel, "held" if held else "queued")
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

@@ -58,12 +58,23 @@ MIN_DIGEST_WINDOW = 60
 MAX_DIGEST_WINDOW = 7 * 86_400
 
 
-# A builder may be a Template or code that returns one from the merged variables.
+# A builder may be a Template or code that returns one from the merged variables. An in-app
+# builder function receives the recipient's name as a placeholder that the fan-out replaces
+# afterwards (see Kind), so it must not branch on `name`.
 Builder = Template | Callable[[Mapping[str, str]], Template]
 
 
 @dataclass(frozen=True)
 class Kind:
+    """One notification kind: its category, channels, and a builder per channel per locale.
+
+    A builder function for in_app is called once per locale per fan-out batch, not once per
+    recipient (herald.fanout.wording): the values it receives carry a per-batch placeholder as
+    `name`, which the batch statement replaces with each recipient's name afterwards. It must
+    therefore not branch on `name`; `{{name}}` in the wording it returns reads each recipient's
+    own name.
+    """
+
     name: str
     category: str
     channels: tuple[str, ...]

@@ -15,9 +15,11 @@ The order is the design (DESIGN.md §6, seed §6.3):
    change to it reaches everyone with no stored row (R-PREF-14). A category or channel missing
    from the table resolves to False without raising (R-PREF-12, R-PREF-15).
 
-`load_preferences` builds a `PreferenceSnapshot` for one fan-out batch in exactly two queries
-(R-PREF-5). The snapshot is a plain value: nothing caches it, and the worker drops it with the
-batch (R-PREF-16).
+`load_preferences` builds a `PreferenceSnapshot` for one batch of people in exactly two queries
+(R-PREF-5). The snapshot is a plain value: nothing caches it, and its caller drops it with the
+batch (R-PREF-16). The fan-out itself joins the same order in SQL (herald.fanout.pagewrite); the
+snapshot is what the row-by-row reference it is compared with uses
+(tests/integration/fanout_reference.py).
 
 The consumer API (`read_preferences`, `save_preferences`) lives here too. It needs only the pure
 defaults, the snapshot and the registry it is handed — no fan-out component (R-PLAT-15). Its
@@ -117,6 +119,9 @@ async def load_preferences(conn: AsyncConnection, person_ids: Sequence[int]) -> 
     """Exactly two queries whatever the batch size (R-PREF-5): one over
     notification_channel_preference, one over notification_preference, each with
     person_id = ANY(:ids). An empty batch needs no query and gets an empty snapshot.
+
+    No src caller: the fan-out joins preferences in its batch statement; the row-by-row
+    reference (tests/integration/fanout_reference.py) and the resolver's tests use this.
     """
     ids = sorted(set(person_ids))
     if not ids:

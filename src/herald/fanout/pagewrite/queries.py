@@ -19,19 +19,15 @@ in-app wording per template locale). The statement is a chain of CTEs:
   result one row: the page's length and last person (the cursor), the counts, and the in-app
          rows for the realtime notices published after commit.
 
-The recipient's name is the only per-person value of in-app wording. The wording is rendered
-once per template locale with a per-batch sentinel in place of the name, and PostgreSQL puts the
-name in with replace(): in-app interpolation inserts values verbatim and never rescans them, so
-this is the same text Python would produce, and the content hash is the same sha256 of
-"title NUL body". A kind whose in-app template is a builder function (it may branch on the
-values) is not eligible and keeps the row-by-row path (service._write_page).
+The in-app wording arrives as parameters (`wording_params`): rendered once per template locale
+with a per-batch sentinel in place of the recipient's name (herald.fanout.wording), the name put
+in here with replace(). A kind whose in-app builder is a function is rendered the same way.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,52 +56,13 @@ from sqlalchemy.sql.expression import CTE
 
 from herald.db import schema as s
 from herald.delivery.queries import DELIVERY_CHANNEL
+from herald.fanout.wording import FALLBACK, InAppWording
 from herald.kinds import Kind
-from herald.kinds.registry import Template
 from herald.preferences.service import category_default
-from herald.rendering.render import Override, OverrideKey, render
 
 GONE_STATUSES = ("suspended",)
 # The page's cursor: the one parameter that changes from batch to batch.
 CURSOR = bindparam("fanout_after", type_=BigInteger)
-# The locale key of the wording a recipient whose locale (and language) has no template gets.
-_FALLBACK = ""
-
-
-@dataclass(frozen=True)
-class InAppWording:
-    """The in-app wording per template locale, with NAME_SENTINEL where the name goes. A locale
-    whose wording does not render maps to None (its recipients get skipped_no_template)."""
-
-    sentinel: str
-    by_locale: Mapping[str, tuple[str | None, str, int | None] | None]
-
-
-def eligible(kind: Kind | None, channels: Sequence[str]) -> bool:
-    """True when the set-based write decides every row exactly as the row-by-row path would."""
-    if kind is None or "in_app" not in channels or "in_app" not in kind.channels:
-        return True
-    return all(isinstance(b, Template) for b in kind.templates.get("in_app", {}).values())
-
-
-def in_app_wording(
-    kind: Kind,
-    variables: Mapping[str, str],
-    overrides: Mapping[OverrideKey, Override],
-) -> InAppWording:
-    """Render the kind's in-app wording once per locale that can be chosen (R-RENDER-3)."""
-    sentinel = f"\x02herald-name-{uuid.uuid4().hex}\x03"
-    values = {**variables, "name": sentinel}
-    keys = set(kind.templates.get("in_app", {}))
-    keys |= {locale for (name, channel, locale) in overrides if channel == "in_app"}
-    by_locale: dict[str, tuple[str | None, str, int | None] | None] = {}
-    for locale in [*sorted(keys), _FALLBACK]:
-        # "" is no template's locale, nor any language's: it renders as the default would.
-        rendered = render(kind, "in_app", locale, values, overrides)
-        by_locale[locale] = (
-            None if rendered is None else (rendered.title, rendered.body, rendered.template_version)
-        )
-    return InAppWording(sentinel=sentinel, by_locale=by_locale)
 
 
 def statement(
@@ -247,7 +204,8 @@ def statement(
 
 
 def wording_params(wording: InAppWording | None) -> dict[str, Any]:
-    """The in-app wording as the statement's parameters (empty arrays when in_app is not sent)."""
+    """The in-app wording (herald.fanout.wording) as the statement's parameters: the names of
+    `_locales`' bind parameters (empty arrays when in_app is not sent)."""
     if wording is None:
         return {"wording_keys": [], "wording_titles": [], "wording_bodies": [],
                 "wording_versions": [], "name_sentinel": ""}  # fmt: skip
@@ -289,7 +247,7 @@ def _locales(pg: CTE) -> CTE:
             or_(
                 table.c.key == page_locales.c.locale,
                 table.c.key == language,
-                table.c.key == _FALLBACK,
+                table.c.key == FALLBACK,
             )
         )
         .order_by(rank)
@@ -312,7 +270,8 @@ def _channel_rows(
     channel: str,
 ) -> Select[Any]:
     """(recipient_id, channel, target_id, status, title, body, template_version, rendered_hash)
-    for one requested channel, in the order of the row-by-row path's decisions."""
+    for one requested channel. The decisions come in this order: the kind, the person's status,
+    the preferences, then the channel's own outcome."""
     ch = literal(channel, Text)
     no_text = cast(null(), Text)
     no_target = cast(null(), BigInteger)
