@@ -52,7 +52,7 @@ from tests import history  # noqa: E402
 from tests.conftest import create_database, drop_database  # noqa: E402
 
 from herald.channels.base import Message, ProviderOutcome  # noqa: E402
-from herald.cli import fast_loop_factory  # noqa: E402
+from herald.cli.common import fast_loop_factory  # noqa: E402
 from herald.config import Settings  # noqa: E402
 from herald.db import embedded, migrate  # noqa: E402
 from herald.db.engine import libpq_url, make_async_engine  # noqa: E402

@@ -1,5 +1,5 @@
 """The long-lived roles run on uvloop's event loop where it is installed (docs/scaling.md, the worker):
-`herald api`, `herald worker` and `herald scheduler` each ask `_run` for the fast loop, and the
+`herald api`, `herald worker` and `herald scheduler` each ask `common.run` for the fast loop, and the
 fast loop is uvloop's."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from herald import cli
+from herald.cli import common
 
 
 @pytest.mark.parametrize("command", [["api"], ["worker"], ["scheduler"]])
@@ -25,9 +26,9 @@ def test_each_long_lived_role_runs_on_the_fast_event_loop(
         main.close()  # never started: only which loop it would run on is under test
         asked.append(fast_loop)
 
-    monkeypatch.setattr(cli, "_run", run)
+    monkeypatch.setattr(common, "run", run)
     # The process-wide logging set-up is not under test and must not outlive this test.
-    monkeypatch.setattr(cli, "_configure_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr(common, "configure_logging", lambda *args, **kwargs: None)
     monkeypatch.delenv("HERALD_METRICS_PORT", raising=False)
     result = CliRunner().invoke(cli.app, command)
     assert result.exit_code == 0, result.output
