@@ -6,12 +6,10 @@ again, and deleting removes it (its version history stays). The registry's code 
 copied into the table (R-SCHEMA-40, R-RENDER-7): it is the fallback that cannot be deleted, and
 the send path falls through to it whenever a published override fails to render (R-RENDER-27).
 
-Checks at save (each a 400 with its own code): the kind exists and is sent on the channel; the
-wording uses only the kind's declared variables as flat `{{name}}` placeholders; a channel that
-shows a title has one, and one that does not has none; a Telegram body passes the Telegram markup
-rules (R-RENDER-29..34); and an override of a kind that carries a secret (a reset token, a code)
-keeps every secret placeholder the registry's wording uses, so an operator's edit can never send
-an OTP message without its code.
+Checks at save, publish and preview (each a 400 with its own code) live in
+herald.admin.templates.wording: declared flat placeholders only, a title exactly where the
+channel shows one, Telegram's markup rules, and every secret placeholder the registry's wording
+carries, so an operator's edit can never send an OTP message without its code.
 
 Every change is one compare-and-set on the version the client read (R-ADMIN-5, R-SEC-17),
 appends an immutable version row (R-RENDER-40) and writes an audit record in the same
@@ -24,7 +22,6 @@ caller without the permission (R-SEC-7); a list answers an empty page.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
 from herald.admin import paging
-from herald.admin.templates import queries
+from herald.admin.templates import queries, wording
 from herald.admin.templates.schemas import (
     ChannelEntry,
     KindEntry,
@@ -57,25 +54,15 @@ from herald.admin.templates.schemas import (
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator, require_permission
 from herald.errors import (
-    ChannelUnknown,
-    TemplateBodyBlank,
-    TemplateNotFound,
     TemplateOverrideExists,
     TemplateOverrideNotFound,
-    TemplatePlaceholderMalformed,
-    TemplatePlaceholderRequired,
-    TemplatePlaceholderUnknown,
     TemplateStatusConflict,
-    TemplateTitleNotAllowed,
-    TemplateTitleRequired,
     TemplateVersionConflict,
     ValidationFailed,
 )
 from herald.kinds import Kind, Registry, Template
 from herald.kinds.registry import RECIPIENT_VARIABLES
-from herald.rendering.interpolate import malformed_placeholders, placeholders
 from herald.rendering.render import Override, OverrideKey, render
-from herald.rendering.telegram import validate_telegram_template
 
 READ = "NotificationTemplate_READ"
 CREATE = "NotificationTemplate_CREATE"
@@ -86,18 +73,6 @@ DELETE = "NotificationTemplate_DELETE"
 ENTITY = "notification_template"
 AUDITED_FIELDS = ("title", "body", "status", "version")
 SNAPSHOT_FIELDS = ("kind", "channel", "locale", "status", "title", "body", "version")
-
-# Channels that show a title (email subject, push and in-app heading); SMS and Telegram do not.
-TITLED_CHANNELS = frozenset({"in_app", "email", "push"})
-
-# Preview data (R-RENDER-41): the kind's declared samples, a masked stand-in for every secret,
-# and an invented recipient name. Nothing is read from a real event or person.
-SECRET_SAMPLE = "••••••"
-RECIPIENT_SAMPLES: Mapping[str, str] = {"name": "Sita Sharma"}
-
-
-# Every `{{…}}` span, as interpolate sees it; braces left over outside one are a typo.
-_BRACED = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,15 +150,16 @@ def _kind_entry(kind: Kind, overrides: Mapping[tuple[str, str, str], RowMapping]
             )
         channels.append(
             ChannelEntry(
-                channel=channel, title_required=channel in TITLED_CHANNELS, locales=locales
+                channel=channel, title_required=channel in wording.TITLED_CHANNELS, locales=locales
             )
         )
     variables = [VariableEntry(name=n, source="event", sample=s) for n, s in kind.variables.items()]
     variables += [
-        VariableEntry(name=n, source="secret", sample=SECRET_SAMPLE) for n in kind.secret_variables
+        VariableEntry(name=n, source="secret", sample=wording.SECRET_SAMPLE)
+        for n in kind.secret_variables
     ]
     variables += [
-        VariableEntry(name=n, source="recipient", sample=RECIPIENT_SAMPLES.get(n, n))
+        VariableEntry(name=n, source="recipient", sample=wording.RECIPIENT_SAMPLES.get(n, n))
         for n in sorted(RECIPIENT_VARIABLES)
     ]
     return KindEntry(
@@ -271,8 +247,8 @@ async def create_template(
 ) -> TemplateOut:
     """A new draft (R-RENDER-43) at version 1, its first version row, and an audit entry."""
     require_permission(operator, CREATE)
-    kind = _kind_for(registry, data.kind, data.channel)
-    title, body = validate_wording(kind, data.channel, data.locale, data.title, data.body)
+    kind = wording.kind_for(registry, data.kind, data.channel)
+    title, body = wording.validate_wording(kind, data.channel, data.locale, data.title, data.body)
     row = await queries.insert_override(
         conn,
         operator.tenant_id,
@@ -305,8 +281,10 @@ async def update_template(
     _require(operator, UPDATE)
     before = await _find(conn, operator, template_id)
     _check_version(before, data.version)
-    kind = _kind_for(registry, before["kind"], before["channel"])
-    title, body = validate_wording(kind, before["channel"], before["locale"], data.title, data.body)
+    kind = wording.kind_for(registry, before["kind"], before["channel"])
+    title, body = wording.validate_wording(
+        kind, before["channel"], before["locale"], data.title, data.body
+    )
     after = await _compare_and_set(
         conn, operator, before, data.version, {"title": title, "body": body}
     )
@@ -337,8 +315,10 @@ async def publish_template(
     _check_version(before, data.version)
     if before["status"] == "published":
         raise TemplateStatusConflict("the override is already published")
-    kind = _kind_for(registry, before["kind"], before["channel"])
-    validate_wording(kind, before["channel"], before["locale"], before["title"], before["body"])
+    kind = wording.kind_for(registry, before["kind"], before["channel"])
+    wording.validate_wording(
+        kind, before["channel"], before["locale"], before["title"], before["body"]
+    )
     after = await _compare_and_set(conn, operator, before, data.version, {"status": "published"})
     await record_audit(
         conn,
@@ -403,11 +383,13 @@ async def preview(
     a recipient in that locale would get today: the published override, else the registry's.
     """
     require_permission(operator, READ)
-    kind = _kind_for(registry, data.kind, data.channel)
-    samples = sample_values(kind)
+    kind = wording.kind_for(registry, data.kind, data.channel)
+    samples = wording.sample_values(kind)
     overrides: dict[OverrideKey, Override]
     if data.body is not None:
-        title, body = validate_wording(kind, data.channel, data.locale, data.title, data.body)
+        title, body = wording.validate_wording(
+            kind, data.channel, data.locale, data.title, data.body
+        )
         # Version 0 marks the draft; stored versions start at 1.
         overrides = {(kind.name, data.channel, data.locale): Override(title, body, 0)}
     else:
@@ -437,88 +419,6 @@ async def preview(
         template_version=version,
         variables=samples,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation (shared by save, publish and preview)
-
-
-def sample_values(kind: Kind) -> dict[str, str]:
-    """Non-sensitive preview values: declared samples, secrets masked, an invented name."""
-    values = dict(kind.variables)
-    values.update({name: SECRET_SAMPLE for name in kind.secret_variables})
-    values.update({n: RECIPIENT_SAMPLES.get(n, n) for n in RECIPIENT_VARIABLES})
-    return values
-
-
-def validate_wording(
-    kind: Kind, channel: str, locale: str, title: str | None, body: str
-) -> tuple[str | None, str]:
-    """Refuse wording that could not render for this kind and channel; return (title, body) as
-    they are stored (an empty title on a channel without titles is stored as none)."""
-    if channel in TITLED_CHANNELS:
-        if title is None or not title.strip():
-            raise TemplateTitleRequired(f"a {channel} template needs a title")
-    elif title is not None and title.strip():
-        raise TemplateTitleNotAllowed(f"a {channel} template has a body only")
-    else:
-        title = None
-    # Stricter than the table's CHECK (R-SCHEMA-42, spaces only): a body of nothing but
-    # whitespace shows nothing on any channel.
-    if not body.strip():
-        raise TemplateBodyBlank()
-    texts = [text for text in (title, body) if text is not None]
-    malformed = [span for text in texts for span in _malformed(text)]
-    if malformed:
-        raise TemplatePlaceholderMalformed(
-            "placeholders must be flat names in double braces, like {{title}}; found "
-            + ", ".join(malformed)
-        )
-    used = set().union(*(placeholders(text) for text in texts))
-    unknown = used - kind.allowed_placeholders
-    if unknown:
-        raise TemplatePlaceholderUnknown(
-            f"{kind.name} does not declare {', '.join(sorted(unknown))}; "
-            f"it declares {', '.join(sorted(kind.allowed_placeholders))}"
-        )
-    missing = _required_secrets(kind, channel, locale) - used
-    if missing:
-        raise TemplatePlaceholderRequired(
-            f"a {kind.name} {channel} message must carry {', '.join(sorted(missing))}"
-        )
-    if channel == "telegram":
-        validate_telegram_template(body)
-    return title, body
-
-
-def _malformed(text: str) -> list[str]:
-    """`{{…}}` spans that are not flat names (R-RENDER-8), and stray `{{` / `}}` left outside
-    any span, which would reach recipients literally."""
-    found = malformed_placeholders(text)
-    rest = _BRACED.sub("", text)
-    if "{{" in rest or "}}" in rest:
-        found.append("an unmatched {{ or }}")
-    return found
-
-
-def _required_secrets(kind: Kind, channel: str, locale: str) -> set[str]:
-    """The secret placeholders the registry's wording for this channel carries: the message
-    exists to deliver them (a reset token, a sign-in code), so an override must keep them."""
-    if not kind.secret_variables:
-        return set()
-    builder = kind.builder(channel, locale)
-    if not isinstance(builder, Template):
-        return set()  # built in code: nothing to compare with
-    return builder.placeholders() & set(kind.secret_variables)
-
-
-def _kind_for(registry: Registry, name: str, channel: str) -> Kind:
-    kind = registry.get(name)
-    if kind is None:
-        raise TemplateNotFound(f"the registry has no kind {name!r}")
-    if channel not in kind.channels:
-        raise ChannelUnknown(f"{name} is sent on {', '.join(kind.channels)}, not {channel}")
-    return kind
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,36 +492,3 @@ def _out(row: RowMapping) -> TemplateOut:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
-
-
-async def rendering_problem(
-    conn: AsyncConnection, tenant_id: str, registry: Registry, kind_name: str, channels: list[str]
-) -> str | None:
-    """Why the kind would not render today on `channels` with its sample variables — the
-    registry's wording, or the tenant's published override where there is one (an override
-    that fails would silently fall back) — or None when every channel and locale renders.
-    Used before a broadcast is approved (R-BCAST-6)."""
-    kind = registry.get(kind_name)
-    if kind is None:
-        return f"the registry has no kind {kind_name!r}"
-    rows = await queries.published_overrides(conn, tenant_id, kind.name)
-    overrides = {
-        (kind.name, r["channel"], r["locale"]): Override(r["title"], r["body"], r["version"])
-        for r in rows
-    }
-    samples = sample_values(kind)
-    locales = sorted(kind.locales | {locale for (_, _, locale) in overrides})
-    for channel in channels:
-        if channel not in kind.channels:
-            return f"{kind.name} has no {channel} wording"
-        for locale in locales:
-            rendered = render(kind, channel, locale, samples, overrides)
-            if rendered is None:
-                return f"{kind.name} does not render on {channel} in {locale}"
-            override = overrides.get((kind.name, channel, locale))
-            if override is not None and rendered.template_version != override.version:
-                return (
-                    f"the published {channel} override of {kind.name} in {locale} "
-                    f"(version {override.version}) does not render"
-                )
-    return None

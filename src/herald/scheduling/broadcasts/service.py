@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.admin import paging
 from herald.admin.paging import Page
-from herald.admin.templates import service as templates
+from herald.admin.templates import wording
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
@@ -241,7 +241,7 @@ async def approve_broadcast(
             "a broadcast is approved by a different person from the one who created it"
         )
     channels = _channels(registry, before)
-    problem = await templates.rendering_problem(
+    problem = await wording.rendering_problem(
         conn, operator.tenant_id, registry, before["kind"], channels
     )
     if problem is not None:
