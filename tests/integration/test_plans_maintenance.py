@@ -13,6 +13,7 @@ The module builds its own database: its rows must not leak into the shared one.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -77,6 +78,28 @@ def _seed(conn: psycopg.Connection[Any], *, tied: bool) -> None:
         "CASE WHEN id % 100 > 2 THEN now() END, occurred_at "
         "FROM notification_recipient WHERE tenant_id = 'plans'"
     )
+    # A few hundred held for a digest window, beside the history.
+    conn.execute(
+        "UPDATE notification_delivery SET status = 'held', sent_at = NULL, attempts = 0 "
+        "WHERE tenant_id = 'plans' AND id % 100 = 3"
+    )
+    # One endpoint's webhook history: HISTORY sent, a few hundred waiting or being posted.
+    conn.execute(
+        "INSERT INTO webhook_endpoint (tenant_id, url, event_types, secret_ciphertext) "
+        "VALUES ('plans', 'https://host.example/hooks', ARRAY['event.completed'], 'x')"
+    )
+    conn.execute(
+        "INSERT INTO webhook_message (tenant_id, endpoint_id, event_type, payload, status, "
+        "attempts, sent_at, claimed_at, lease_expires_at) "
+        "SELECT 'plans', (SELECT id FROM webhook_endpoint WHERE tenant_id = 'plans'), "
+        "'event.completed', '{}', "
+        "CASE g %% 100 WHEN 0 THEN 'queued' WHEN 1 THEN 'processing' ELSE 'sent' END, "
+        "CASE WHEN g %% 200 = 0 THEN 0 ELSE 1 END, CASE WHEN g %% 100 > 1 THEN now() END, "
+        "CASE WHEN g %% 100 = 1 THEN now() END, "
+        "CASE WHEN g %% 100 = 1 THEN now() + interval '5 minutes' END "
+        "FROM generate_series(1, %s) g",
+        (HISTORY,),
+    )
     conn.execute("VACUUM ANALYZE")
 
 
@@ -87,6 +110,9 @@ def db(request: pytest.FixtureRequest, server_url: str) -> Iterator[psycopg.Conn
     try:
         migrate.upgrade(url)
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            # The plans are prepared by hand (DEALLOCATE ALL between them): psycopg must not
+            # prepare statements of its own on this connection.
+            conn.prepare_threshold = None
             _seed(conn, tied=request.param)
             conn.execute("SET plan_cache_mode = force_generic_plan")
             yield conn
@@ -179,3 +205,57 @@ def test_in_flight_counts_are_right(db: psycopg.Connection[Any]) -> None:
         "WHERE status IN ('queued', 'processing', 'failed') GROUP BY 1, 2"
     ).fetchall()
     assert sorted(counted) == sorted(expected) and len(expected) == 3
+
+
+@pytest.mark.parametrize(
+    ("statement", "relation", "indexes"),
+    [
+        (
+            "webhook_messages_waiting",
+            "webhook_message",
+            {"webhook_message_due_idx", "webhook_message_lease_idx"},
+        ),
+        ("webhook_endpoint_health", "webhook_message", {"webhook_message_due_idx"}),
+        ("digest_groups", "notification_delivery", {"notification_delivery_held_idx"}),
+    ],
+)
+def test_webhook_and_digest_gauges_read_what_waits_not_history(
+    db: psycopg.Connection[Any], statement: str, relation: str, indexes: set[str]
+) -> None:
+    """The scrape's webhook and digest gauges walk the partial indexes of what waits (queued,
+    processing, held), never the sent history."""
+    plan = _generic_plan(
+        db,
+        OBSERVABILITY_SQL[statement],
+        kinds=["announcement.posted"],
+        windows=[3600],
+    )
+    shown = json.dumps(plan, indent=1)
+    scans = _scans(plan, relation)
+    assert scans and all(n["Node Type"] != "Seq Scan" for n in scans), shown
+    assert {n.get("Index Name") for n in scans} == indexes, shown
+
+
+def test_webhook_and_digest_gauges_count_right(db: psycopg.Connection[Any]) -> None:
+    waiting = dict(db.execute(str(OBSERVABILITY_SQL["webhook_messages_waiting"])).fetchall())
+    assert waiting == {
+        "queued": HISTORY // 200,
+        "retrying": HISTORY // 100 - HISTORY // 200,
+        "processing": HISTORY // 100,
+    }
+    health = db.execute(str(OBSERVABILITY_SQL["webhook_endpoint_health"])).fetchone()
+    assert health is not None and health[:3] == (1, 0, 0)
+    groups = db.execute(
+        _literal_sql(str(OBSERVABILITY_SQL["digest_groups"])),
+        {"kinds": ["announcement.posted"], "windows": [3600]},
+    ).fetchall()
+    # The seeded recipients name no person (user_id NULL), so every held row is in one group;
+    # queued two hours ago against a one-hour window: an hour overdue.
+    [(channel, pending, due, overdue)] = groups
+    assert (channel, pending, due) == ("email", 1, 1)
+    assert 3500 < float(overdue) < 3700
+
+
+def _literal_sql(statement: str) -> str:
+    """A :name statement in psycopg's %(name)s style."""
+    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", statement)

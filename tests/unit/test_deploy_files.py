@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+ALERT_TESTS = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "herald.json"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 SOURCES = [
@@ -43,6 +44,20 @@ def test_promtool_accepts_the_alert_rules() -> None:
         [promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_alerts_fire_on_their_unit_tests() -> None:
+    """promtool's rule unit tests: each alert fires on the series that should fire it, with its
+    summary, and stays quiet before."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian's `prometheus` package; .ci/run installs it)")
+    checked = subprocess.run(
+        [promtool, "test", "rules", str(ALERT_TESTS)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = set(re.findall(r"alertname: (\w+)", ALERT_TESTS.read_text()))
+    assert {"HeraldWebhookEndpointFailing", "HeraldWebhooksDying", "HeraldDigestsOverdue"} <= tested
 
 
 def test_every_alert_has_a_runbook_section_and_real_metrics() -> None:

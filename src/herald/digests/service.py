@@ -28,6 +28,7 @@ from herald.delivery import queries as delivery_queries
 from herald.digests import queries
 from herald.kinds import Kind, Registry
 from herald.kinds.registry import DIGEST_SUFFIX
+from herald.observability import metrics
 from herald.rendering.render import render
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class SweepReport:
 
 
 def windows(registry: Registry) -> dict[str, int]:
-    return {k.name: k.digest.window_seconds for k in registry if k.digest is not None}
+    return registry.digest_windows()
 
 
 def item_line(kind: Kind, channel: str, row: Mapping[str, Any]) -> str:
@@ -98,6 +99,16 @@ async def digest_group(
     await delivery_queries.wake_channel_workers(conn)
 
 
+def _count(channel: str, done: SweepReport) -> None:
+    """One committed group's figures into the process's counters."""
+    if done.digests:
+        metrics.DIGESTS_SENT.labels(channel).inc(done.digests)
+    if done.items:
+        metrics.DIGEST_ITEMS.labels(channel, "digested").inc(done.items)
+    if done.released:
+        metrics.DIGEST_ITEMS.labels(channel, "released").inc(done.released)
+
+
 async def sweep(engine: AsyncEngine, registry: Registry) -> SweepReport:
     """Turn every due group into its digest (or release it); each group its own transaction."""
     report = SweepReport()
@@ -107,8 +118,13 @@ async def sweep(engine: AsyncEngine, registry: Registry) -> SweepReport:
     async with engine.begin() as conn:
         groups = await queries.due_digest_groups(conn, due, GROUPS_PER_SWEEP)
     for group in groups:
+        done = SweepReport()
         async with engine.begin() as conn:
-            await digest_group(conn, registry, group, report)
+            await digest_group(conn, registry, group, done)
+        _count(group["channel"], done)
+        report.digests += done.digests
+        report.items += done.items
+        report.released += done.released
     if report.digests or report.released:
         log.info(
             "digests: %d sent for %d items, %d released on their own",

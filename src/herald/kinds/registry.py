@@ -135,6 +135,10 @@ class Registry:
     def kinds_in(self, category: str) -> list[Kind]:
         return [k for k in self._kinds.values() if k.category == category]
 
+    def digest_windows(self) -> dict[str, int]:
+        """Each digesting kind's window in seconds (what the digest sweeper waits for)."""
+        return {k.name: k.digest.window_seconds for k in self if k.digest is not None}
+
 
 # Herald's own wording for digests, in English and Nepali: the count in the subject, the items
 # one a line in the body (each item's line is rendered from its own kind's template).

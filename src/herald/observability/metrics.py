@@ -12,7 +12,7 @@ serve its own figures on HERALD_METRICS_PORT. Outside those commands (tests, `he
 embedding application) the figures live in the process's default registry.
 
 Every label value comes from a fixed, small set: channel, provider name, outcome, reaper channel,
-row type, HTTP method, route *template* and status code. None carries a person, an address, an id
+row type, notification category, HTTP method, route *template* and status code. None carries a person, an address, an id
 or free text.
 """
 
@@ -53,11 +53,46 @@ FANOUT_ROWS = Counter(
     "Rows the fan-out committed, by row type (recipient, delivery); rate() gives rows per second.",
     ["row"],
 )
+WEBHOOK_MESSAGES = Counter(
+    "herald_webhook_messages_total",
+    "Webhook posts to the host by outcome: sent, retry (answered but not accepted, or "
+    "unreachable; tried again later) and dead (gave up: permanent refusal or out of attempts).",
+    ["outcome"],
+)
+DIGESTS_SENT = Counter(
+    "herald_digests_sent_total",
+    "Digests the sweeper built (one message listing several held deliveries), by channel.",
+    ["channel"],
+)
+DIGEST_ITEMS = Counter(
+    "herald_digest_items_total",
+    "Held deliveries the digest sweeper let go, by channel and outcome: digested (carried by a "
+    "digest) or released (sent on their own: a group of one).",
+    ["channel", "outcome"],
+)
+THROTTLE_SKIPS = Counter(
+    "herald_throttle_skips_total",
+    "Deliveries the throttle recorded skipped_throttled (the person's cap for the category was "
+    "reached within the window), by channel and category.",
+    ["channel", "category"],
+)
 HTTP_LATENCY = Histogram(
     "herald_http_request_duration_seconds",
     "HTTP request latency by method, route template and status code.",
     ["method", "route", "status"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+
+COUNTED: tuple[Counter | Histogram, ...] = (
+    PROVIDER_CALLS,
+    PROVIDER_LATENCY,
+    LEASE_EXPIRIES,
+    FANOUT_ROWS,
+    WEBHOOK_MESSAGES,
+    DIGESTS_SENT,
+    DIGEST_ITEMS,
+    THROTTLE_SKIPS,
+    HTTP_LATENCY,
 )
 
 PROVIDER_OUTCOMES = ("sent", "failed_retryable", "failed_permanent", "skipped", "raised")
@@ -90,7 +125,7 @@ def use_directory(directory: Path) -> bool:
 
     # The value class is chosen when prometheus_client is imported; re-choose it now.
     values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
-    for metric in (PROVIDER_CALLS, PROVIDER_LATENCY, LEASE_EXPIRIES, FANOUT_ROWS, HTTP_LATENCY):
+    for metric in COUNTED:
         metric._metrics.clear()  # children made before the switch (none in practice)
     return True
 

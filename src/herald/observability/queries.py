@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,35 @@ async def reminder_lag(conn: AsyncConnection) -> float:
         )
     ).scalar_one()
     return max(0.0, float(oldest or 0))
+
+
+async def webhook_messages_waiting(conn: AsyncConnection) -> list[tuple[str, int]]:
+    """(state, count) of webhook messages queued, retrying or processing."""
+    rows = await conn.execute(SQL["webhook_messages_waiting"])
+    return [(state, int(n)) for state, n in rows]
+
+
+async def webhook_endpoint_health(conn: AsyncConnection) -> dict[str, float]:
+    """Endpoints failing, healthy and disabled, and the oldest failing message's age."""
+    row = (await conn.execute(SQL["webhook_endpoint_health"])).one()
+    return {
+        "failing": int(row.failing),
+        "healthy": int(row.healthy),
+        "disabled": int(row.disabled),
+        "failing_seconds": max(0.0, float(row.failing_seconds or 0)),
+    }
+
+
+async def digest_groups(
+    conn: AsyncConnection, windows: Mapping[str, int]
+) -> list[tuple[str, int, int, float]]:
+    """(channel, pending, due, overdue seconds) of the held digest groups."""
+    if not windows:
+        return []
+    rows = await conn.execute(
+        SQL["digest_groups"], {"kinds": list(windows), "windows": list(windows.values())}
+    )
+    return [
+        (row.channel, int(row.pending), int(row.due), max(0.0, float(row.overdue_seconds or 0)))
+        for row in rows
+    ]

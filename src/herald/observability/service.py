@@ -3,7 +3,8 @@ the counters and histograms the processes keep (herald.observability.metrics).
 
 PostgreSQL is the queue, so the queue's state is a query away from any process: every API
 process serves the same figures. The figures come from the partial indexes (in-flight deliveries,
-unreplayed dead letters, due events, due reminder schedules), so a scrape costs the size of the
+unreplayed dead letters, due events, due reminder schedules, waiting webhook messages, held
+digest rows), so a scrape costs the size of the
 backlog, not of history. The queries read counts and ages only, across tenants.
 
 `skipped_unconfigured` is reported on its own and never as a failure (R-OBS-1, R-OBS-6): an
@@ -23,6 +24,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncConnection
 from typing_extensions import override
 
+from herald.kinds import Registry
 from herald.observability import metrics, queries
 
 # The scheduler's sources of due work, each answering "how late is the oldest due item" in
@@ -41,7 +43,9 @@ class _Snapshot(Collector):
         return self.families
 
 
-async def database_families(conn: AsyncConnection) -> list[GaugeMetricFamily]:
+async def database_families(
+    conn: AsyncConnection, registry: Registry | None = None
+) -> list[GaugeMetricFamily]:
     in_flight = GaugeMetricFamily(
         "herald_deliveries_in_flight",
         "Deliveries not yet finished, by channel and status (queued, processing, failed).",
@@ -80,6 +84,8 @@ async def database_families(conn: AsyncConnection) -> list[GaugeMetricFamily]:
     for source, read in SCHEDULER_LAG_SOURCES.items():
         lag.add_metric([source], await read(conn))
     return [
+        *await _webhook_families(conn),
+        *await _digest_families(conn, registry),
         in_flight,
         oldest,
         unconfigured,
@@ -99,7 +105,63 @@ async def database_families(conn: AsyncConnection) -> list[GaugeMetricFamily]:
     ]
 
 
-async def render_metrics(conn: AsyncConnection) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(await database_families(conn)))
-    return generate_latest(registry) + metrics.render()
+async def _webhook_families(conn: AsyncConnection) -> list[GaugeMetricFamily]:
+    waiting = GaugeMetricFamily(
+        "herald_webhook_messages_waiting",
+        "Webhook messages not yet settled, by state: queued (first try), retrying (queued again "
+        "after a failed post) and processing (being posted).",
+        labels=["state"],
+    )
+    for state, count in await queries.webhook_messages_waiting(conn):
+        waiting.add_metric([state], count)
+    health = await queries.webhook_endpoint_health(conn)
+    endpoints = GaugeMetricFamily(
+        "herald_webhook_endpoints",
+        "Webhook endpoints by state: failing (holds a message queued again after a failed post), "
+        "healthy (enabled, nothing failing) and disabled. Which one fails: GET /v1/admin/webhooks.",
+        labels=["state"],
+    )
+    for state in ("failing", "healthy", "disabled"):
+        endpoints.add_metric([state], health[state])
+    return [
+        waiting,
+        endpoints,
+        GaugeMetricFamily(
+            "herald_webhook_failing_seconds",
+            "Seconds since the oldest webhook message still being retried was written "
+            "(0: no enabled endpoint is failing).",
+            health["failing_seconds"],
+        ),
+    ]
+
+
+async def _digest_families(
+    conn: AsyncConnection, registry: Registry | None
+) -> list[GaugeMetricFamily]:
+    windows = {} if registry is None else registry.digest_windows()
+    groups = GaugeMetricFamily(
+        "herald_digest_groups",
+        "Digest groups (one person, channel and kind) held for their window, by channel and "
+        "state: pending (all held) and due (the window has passed, the sweeper has not yet "
+        "taken them).",
+        labels=["channel", "state"],
+    )
+    overdue = GaugeMetricFamily(
+        "herald_digest_overdue_seconds",
+        "How long past its due time the most overdue digest group of each channel has waited "
+        "(0: none overdue). Grows when no worker runs the digest sweeper.",
+        labels=["channel"],
+    )
+    for channel, pending, due, late in await queries.digest_groups(conn, windows):
+        groups.add_metric([channel, "pending"], pending)
+        groups.add_metric([channel, "due"], due)
+        overdue.add_metric([channel], late)
+    return [groups, overdue]
+
+
+async def render_metrics(conn: AsyncConnection, registry: Registry | None = None) -> bytes:
+    """The scrape: the database's gauges (digest groups need the kind registry) and then the
+    processes' counters."""
+    collected = CollectorRegistry(auto_describe=False)
+    collected.register(_Snapshot(await database_families(conn, registry)))
+    return generate_latest(collected) + metrics.render()

@@ -19,9 +19,10 @@ async def throttled_deliveries(
     cap: int,
     window_seconds: int,
     exempt: Sequence[str],
-) -> set[int]:
+) -> dict[int, str]:
+    """The deliveries past the cap, each with its category."""
     result = await conn.execute(
         SQL["throttled_deliveries"],
         {"ids": list(ids), "cap": cap, "window_seconds": window_seconds, "exempt": list(exempt)},
     )
-    return {int(row.id) for row in result}
+    return {int(row.id): str(row.category) for row in result}

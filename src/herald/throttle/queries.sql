@@ -5,7 +5,7 @@
 -- both slip under the cap. Counted through notification_recipient_centre_idx (the person's
 -- recent recipients) and notification_delivery_recipient_idx. Categories in :exempt (security,
 -- account: one-time codes, resets) are never throttled.
-SELECT d.id
+SELECT d.id, e.category
   FROM notification_delivery d
   JOIN notification_recipient r ON r.id = d.recipient_id
   JOIN notification_event e ON e.id = d.event_id

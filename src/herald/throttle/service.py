@@ -5,7 +5,8 @@ person already had that many SMS in the same category within HERALD_THROTTLE_WIN
 recorded `skipped_throttled` instead of sent: no attempt, no dead letter, visible in the history
 as such. In-app and the free channels are never throttled, nor the security and account
 categories (one-time codes and resets must arrive). Checked when the worker loads its claimed
-batch, so it counts what was really sent, not what was planned.
+batch, so it counts what was really sent, not what was planned. Each skip is counted in
+herald_throttle_skips_total{channel, category}.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
 from herald.config import Settings
+from herald.observability import metrics
 from herald.throttle import queries
 
 PAID_CHANNELS = ("sms",)
@@ -41,3 +43,5 @@ async def mark_throttled(
     )
     for context in contexts:
         context["throttled"] = context["id"] in over
+    for category in over.values():
+        metrics.THROTTLE_SKIPS.labels(contexts[0]["channel"], category).inc()

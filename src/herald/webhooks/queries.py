@@ -123,11 +123,14 @@ async def claim_due_messages(
     return [(int(row.id), str(row.tenant_id)) for row in result]
 
 
-async def reclaim_expired_messages(conn: AsyncConnection, max_attempts: int, limit: int) -> int:
+async def reclaim_expired_messages(
+    conn: AsyncConnection, max_attempts: int, limit: int
+) -> list[str]:
+    """The new status (queued or dead) of each message whose sender died holding it."""
     result = await conn.execute(
         SQL["reclaim_expired_messages"], {"max_attempts": max_attempts, "limit": limit}
     )
-    return len(result.fetchall())
+    return [str(row.status) for row in result]
 
 
 async def load_message_contexts(conn: AsyncConnection, ids: Sequence[int]) -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ WITH expired AS (
       FROM expired
      WHERE status = 'dead'
 )
-SELECT id FROM expired;
+SELECT id, status FROM expired;
 
 -- name: load_message_contexts
 -- What each claimed message's send needs, read under the message's tenant.

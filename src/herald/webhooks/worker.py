@@ -29,6 +29,7 @@ from standardwebhooks import Webhook
 from herald.config import Settings
 from herald.db import tenancy
 from herald.delivery.backoff import backoff_seconds
+from herald.observability import metrics
 from herald.webhooks import destination, queries, service
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,10 @@ def _retry_after(response: httpx.Response) -> int | None:
     return int(raw.strip())
 
 
+# herald_webhook_messages_total's outcome for each status a post's outcome writes.
+OUTCOME_LABELS = {"sent": "sent", "queued": "retry", "dead": "dead"}
+
+
 def plan(outcomes: Sequence[Outcome], settings: Settings) -> queries.MessageOutcomes:
     rows = queries.MessageOutcomes()
     for outcome in outcomes:
@@ -155,15 +160,19 @@ async def send_batch(
 ) -> int:
     """Reclaim expired leases, claim up to `limit` due messages and see each to a recorded
     outcome; how many were claimed (0: nothing was due)."""
+    contexts: list[dict[str, Any]] = []
     async with engine.begin() as conn:
-        await queries.reclaim_expired_messages(conn, settings.webhook_max_attempts, RECLAIM_LIMIT)
+        reclaimed = await queries.reclaim_expired_messages(
+            conn, settings.webhook_max_attempts, RECLAIM_LIMIT
+        )
         claimed = await queries.claim_due_messages(conn, limit, settings.lease_seconds, tenant_id)
-        if not claimed:
-            return 0
-        contexts: list[dict[str, Any]] = []
         for tenant, ids in _by_tenant(claimed).items():
             await tenancy.enter_tenant(conn, tenant)
             contexts.extend(await queries.load_message_contexts(conn, ids))
+    for status in reclaimed:  # a sender died holding them: tried again, or out of attempts
+        metrics.WEBHOOK_MESSAGES.labels(OUTCOME_LABELS[status]).inc()
+    if not claimed:
+        return 0
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(context: dict[str, Any]) -> Outcome:
@@ -185,6 +194,9 @@ async def send_batch(
             outcome.context["event_type"],
             "sent" if outcome.sent else outcome.error,
         )
+    for index, status in enumerate(rows.statuses):
+        if rows.ids[index] in written:
+            metrics.WEBHOOK_MESSAGES.labels(OUTCOME_LABELS[status]).inc()
     lost = len(outcomes) - len(written)
     if lost:
         log.warning("%d webhook outcome(s) arrived after their lease was reclaimed", lost)
