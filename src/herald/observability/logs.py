@@ -321,9 +321,6 @@ def remember_credentials(settings: Settings) -> None:
     for name, value in settings.model_dump().items():
         if any(part in name for part in ("password", "secret", "token", "key", "sid")):
             _process_sensitive.update(_pieces(value))
-    # A list of keys (HERALD_VAULT_OLD_KEYS): each one alone is as secret as the whole list.
-    for key in settings.vault_old_key_list:
-        _process_sensitive.update(_pieces(key))
 
 
 def bound(**ids: object) -> Any:
