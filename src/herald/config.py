@@ -112,9 +112,9 @@ class Settings(BaseSettings):
     # too, so secrets written under the old key stay readable until `herald vault rotate-key`
     # has re-encrypted them.
     vault_old_keys: str = ""
-    """Earlier vault keys, comma-separated: still accepted for reading (never for writing) while
-    `herald vault rotate-key` re-encrypts what they wrote under HERALD_VAULT_KEY. Empty once a
-    rotation is finished.
+    """Other vault keys, comma-separated, accepted for reading and never for writing: the old key
+    while `herald vault rotate-key` re-encrypts what it wrote under HERALD_VAULT_KEY. Empty once
+    a rotation is finished.
     """
     # Provider timeouts (R-PROVIDER-22, R-PROVIDER-23); the lease must outlast them (R-PLAT-14).
     provider_connect_timeout_seconds: float = Field(default=3.0, gt=0, le=30)
