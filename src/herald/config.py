@@ -108,6 +108,14 @@ class Settings(BaseSettings):
     """The embedded vault's Fernet key (urlsafe base64 of 32 bytes). Unset: a key file under
     HERALD_DATA_DIR, created on first use. Either way the key never lives in the database.
     """
+    # The key ring of a rotation (docs/tenancy-and-security.md): every process reads with these
+    # too, so secrets written under the old key stay readable until `herald vault rotate-key`
+    # has re-encrypted them.
+    vault_old_keys: str = ""
+    """Other vault keys, comma-separated, accepted for reading and never for writing: the old key
+    while `herald vault rotate-key` re-encrypts what it wrote under HERALD_VAULT_KEY. Empty once
+    a rotation is finished.
+    """
     # Provider timeouts (R-PROVIDER-22, R-PROVIDER-23); the lease must outlast them (R-PLAT-14).
     provider_connect_timeout_seconds: float = Field(default=3.0, gt=0, le=30)
     """Every provider call's connect and read timeouts (the lease must outlast them). >0..30 and
@@ -434,6 +442,26 @@ class Settings(BaseSettings):
                     "(scheme://host[:port], no path, no wildcard)"
                 )
         return value
+
+    @field_validator("vault_old_keys")
+    @classmethod
+    def _old_keys(cls, value: str) -> str:
+        from cryptography.fernet import Fernet
+
+        for position, key in enumerate(_split(value), start=1):
+            try:
+                Fernet(key)
+            except (ValueError, TypeError):
+                # The position, never the value: this message reaches logs and terminals.
+                raise ValueError(
+                    f"HERALD_VAULT_OLD_KEYS: entry {position} is not a Fernet key "
+                    "(urlsafe base64 of 32 bytes)"
+                ) from None
+        return value
+
+    @property
+    def vault_old_key_list(self) -> list[str]:
+        return _split(self.vault_old_keys)
 
     @property
     def cors_origin_list(self) -> list[str]:

@@ -1,8 +1,9 @@
 """The `herald` command: every process role and the operator's tools (DESIGN.md §1, §5.1).
 
 One module a group of commands: `serve` (migrate, api, worker, scheduler), `dev`, `credentials`
-(keys, token), `send`, `broadcasts`, `people` and `demo`; `common` holds what they share. This
-package assembles them into one Typer application, in the order `herald --help` lists them.
+(keys, token), `send`, `broadcasts`, `people`, `vault` (rotate-key) and `demo`; `common` holds
+what they share. This package assembles them into one Typer application, in the order
+`herald --help` lists them.
 
 Commands that print something another program reads (`keys create`, `token`, `send`) put it
 alone on the last line of standard output and everything meant for a person on standard error.
@@ -15,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from herald.cli import broadcasts, credentials, demo, dev, people, send, serve
+from herald.cli import broadcasts, credentials, demo, dev, people, send, serve, vault
 from herald.cli.common import fast_loop_factory
 
 __all__ = ["app", "fast_loop_factory"]
@@ -31,6 +32,7 @@ app.add_typer(credentials.keys_app, name="keys")
 app.add_typer(demo.demo_app, name="demo")
 app.add_typer(broadcasts.broadcasts_app, name="broadcasts")
 app.add_typer(people.people_app, name="people")
+app.add_typer(vault.vault_app, name="vault")
 for command in (
     serve.migrate,
     serve.api,

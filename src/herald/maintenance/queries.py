@@ -1,4 +1,5 @@
-"""SQL of the maintenance stage: retention, the once-a-day compare-and-set, operational email.
+"""SQL of the maintenance stage: retention, the once-a-day compare-and-set, operational email, and
+the vault key rotation's reads and rewrites of every stored ciphertext.
 
 The long statements live in queries.sql, each with what it guarantees; this module binds their
 parameters and shapes their answers.
@@ -14,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import TextClause, insert, text
+from sqlalchemy import TextClause, bindparam, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
@@ -226,3 +227,67 @@ async def reclaim_operational_email_leases(
         },
     )
     return [str(row.status) for row in result]
+
+
+# -- vault key rotation ----------------------------------------------------------------------
+# Run as the connecting user (the schema owner), whose policy sees every tenant's rows: the
+# rotation is one of the named cross-tenant jobs (herald.db.tenancy).
+
+
+@dataclass(frozen=True)
+class StoredCiphertext:
+    """One encrypted column value: the row's key, its tenant, a name safe to show (a webhook
+    endpoint's public id; a vault entry has none), and the ciphertext."""
+
+    key: object
+    tenant_id: str
+    label: str | None
+    ciphertext: bytes
+
+
+async def lock_vault_ciphertexts(conn: AsyncConnection) -> list[StoredCiphertext]:
+    """Every live vault entry, locked until the transaction ends: a claim waits for the rewrite
+    instead of reading the ciphertext it replaces. Expired entries are left to the purge."""
+    v = s.secret_vault
+    rows = await conn.execute(
+        select(v.c.ref_id, v.c.tenant_id, v.c.ciphertext)
+        .where(v.c.expires_at > func.now())
+        .order_by(v.c.ref_id)
+        .with_for_update()
+    )
+    return [StoredCiphertext(r.ref_id, r.tenant_id, None, bytes(r.ciphertext)) for r in rows]
+
+
+async def lock_webhook_ciphertexts(conn: AsyncConnection) -> list[StoredCiphertext]:
+    """Every webhook endpoint's signing secret, locked until the transaction ends (a secret
+    rotated through the API meanwhile waits, then writes under the new primary key)."""
+    w = s.webhook_endpoint
+    rows = await conn.execute(
+        select(w.c.id, w.c.tenant_id, w.c.public_id, w.c.secret_ciphertext)
+        .order_by(w.c.id)
+        .with_for_update()
+    )
+    return [
+        StoredCiphertext(r.id, r.tenant_id, str(r.public_id), bytes(r.secret_ciphertext))
+        for r in rows
+    ]
+
+
+async def set_vault_ciphertexts(conn: AsyncConnection, changes: Mapping[object, bytes]) -> None:
+    if not changes:
+        return
+    v = s.secret_vault
+    await conn.execute(
+        update(v).where(v.c.ref_id == bindparam("row_key")).values(ciphertext=bindparam("new")),
+        [{"row_key": key, "new": value} for key, value in changes.items()],
+    )
+
+
+async def set_webhook_ciphertexts(conn: AsyncConnection, changes: Mapping[object, bytes]) -> None:
+    if not changes:
+        return
+    w = s.webhook_endpoint
+    await conn.execute(
+        update(w).where(w.c.id == bindparam("row_key")).values(secret_ciphertext=bindparam("new")),
+        [{"row_key": key, "new": value} for key, value in changes.items()],
+    )

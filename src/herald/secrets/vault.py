@@ -13,6 +13,10 @@ claim the retry finds its own claim and sends.
 
 Redis keeps nothing in PostgreSQL (R-SECRET-10); the embedded table is UNLOGGED, encrypted with a
 Fernet key that lives outside the database, and purged when expired.
+
+The key is a ring (`key_ring`): HERALD_VAULT_KEY encrypts, and it or any of HERALD_VAULT_OLD_KEYS
+decrypts, so processes keep reading what an earlier key wrote while `herald vault rotate-key`
+re-encrypts it (herald.maintenance.keyrotation).
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
@@ -128,9 +133,9 @@ class TableVault:
 
     remote = False
 
-    def __init__(self, engine: AsyncEngine, key: bytes) -> None:
+    def __init__(self, engine: AsyncEngine, key: bytes, old_keys: Sequence[bytes] = ()) -> None:
         self._engine = engine
-        self._fernet = Fernet(key)
+        self._fernet = MultiFernet([Fernet(k) for k in (key, *old_keys)])
 
     async def put(
         self, tenant_id: str, ref_id: str, values: dict[str, str], ttl_seconds: int
@@ -151,7 +156,7 @@ class TableVault:
         try:
             return _decode(self._fernet.decrypt(ciphertext))
         except InvalidToken:
-            return None  # encrypted under another key: as good as gone
+            return None  # encrypted under a key outside the ring: as good as gone
 
     async def release(self, tenant_id: str, ref_id: str, holder: str) -> None:
         async with self._engine.begin() as conn:
@@ -182,6 +187,17 @@ def vault_key(settings: Settings) -> bytes:
     return path.read_bytes().strip()
 
 
+def old_vault_keys(settings: Settings) -> list[bytes]:
+    """HERALD_VAULT_OLD_KEYS: the keys still accepted for reading, newest first."""
+    return [key.encode() for key in settings.vault_old_key_list]
+
+
+def key_ring(settings: Settings) -> MultiFernet:
+    """Encrypt under the primary key (HERALD_VAULT_KEY or the key file); decrypt under it or any
+    old key, so a rotation in progress never makes a stored secret unreadable."""
+    return MultiFernet([Fernet(k) for k in (vault_key(settings), *old_vault_keys(settings))])
+
+
 def _create_key_file(path: Path) -> None:
     """Write a new key beside `path`, then link it into place: `herald api` and `herald worker`
     started together on a fresh data dir both get here, and the one that loses must read the
@@ -202,4 +218,4 @@ def _create_key_file(path: Path) -> None:
 def build_vault(settings: Settings, engine: AsyncEngine) -> Vault:
     if settings.redis_url:
         return RedisVault(settings.redis_url)
-    return TableVault(engine, vault_key(settings))
+    return TableVault(engine, vault_key(settings), old_vault_keys(settings))

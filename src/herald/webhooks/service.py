@@ -4,7 +4,8 @@ Endpoints (`/v1/admin/webhooks`, permissions NotificationWebhook_CREATE|READ|UPD
 URL checked against SSRF (herald.webhooks.destination), the event types it wants, and a signing
 secret in the Standard Webhooks format (`whsec_…`) shown once. The secret must stay readable to
 sign, so it is stored encrypted with the vault key (HERALD_VAULT_KEY or the key file under the
-data dir: a key that never lives in the database), not hashed.
+data dir: a key that never lives in the database; HERALD_VAULT_OLD_KEYS still decrypt during a
+rotation), not hashed.
 
 Messages are written by `emit` in the transaction of the state change they report (the
 transactional outbox): a rolled-back change tells the host nothing, a committed one always
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cryptography.fernet import Fernet
+from cryptography.fernet import MultiFernet
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
@@ -30,7 +31,7 @@ from herald.audit.service import field_changes, record_audit
 from herald.auth.service import Operator
 from herald.config import Settings
 from herald.errors import Conflict, NotFound
-from herald.secrets.vault import vault_key
+from herald.secrets.vault import key_ring
 from herald.webhooks import destination, queries
 from herald.webhooks.schemas import (
     WebhookEndpoint,
@@ -78,8 +79,9 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(random.token_bytes(SECRET_BYTES)).decode()
 
 
-def _fernet(settings: Settings) -> Fernet:
-    return Fernet(vault_key(settings))
+def _fernet(settings: Settings) -> MultiFernet:
+    # The key ring: a secret written under an old key still signs while a rotation runs.
+    return key_ring(settings)
 
 
 def encrypt_secret(settings: Settings, secret: str) -> bytes:
