@@ -9,6 +9,7 @@ bad input mark and keep nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -25,9 +26,11 @@ from herald.channels.base import Message, ProviderOutcome
 from herald.channels.twilio import TwilioSmsProvider
 from herald.config import Settings
 from herald.db import schema as s
+from herald.db import tenancy
 from herald.directory import service as directory
 from herald.directory.schemas import PersonInput
 from herald.maintenance import retention
+from herald.receipts import service as receipts
 from herald.receipts.service import twilio_signature
 from herald.secrets.vault import TableVault, Vault
 from tests import seed
@@ -377,3 +380,33 @@ async def test_a_receipt_no_send_claims_is_pruned_after_a_day(
     report = await retention.prune_pending_receipts(engine, settings, max_batches=None)
     assert report.pending_receipts >= 1
     assert await kept(engine, old) == 0 and await kept(engine, fresh) == 1
+
+
+async def test_a_callback_racing_the_recorders_commit_is_applied_not_kept(
+    client: AsyncClient, engine: AsyncEngine, tenant: str
+) -> None:
+    """Issue 44: the recorder has written the SID and looked for kept receipts (none), but not
+    committed, when the callback comes. The route waits for the recorder's lock on the SID, then
+    sees the committed delivery and moves it itself: the receipt is neither kept for a recorder
+    that has already looked, nor lost."""
+    await guardian_with_sms(engine, tenant)
+    await send_event(engine, tenant, channels=["sms"], variables=ANNOUNCE)
+    await run_to_completion(engine, tenant)
+    [queued] = await delivery_rows(engine, tenant)
+    sid = f"SM{uuid.uuid4().hex}"
+    d = s.notification_delivery
+    async with engine.begin() as conn:  # the recorder's transaction, as far as receipts go
+        await tenancy.enter_tenant(conn, tenant)
+        await conn.execute(
+            update(d)
+            .where(d.c.id == queued["id"])
+            .values(status="sent", sent_at=func.now(), provider_message_id=sid)
+        )
+        assert await receipts.apply_parked(conn, tenant, "sms", {sid: queued["id"]}) == 0
+        callback = asyncio.create_task(client.post(TWILIO, **signed(status(sid, "delivered"))))
+        await asyncio.sleep(0.5)
+        assert not callback.done()  # waiting for the recorder's commit
+    answer = await callback
+    assert answer.status_code == 200 and answer.json() == {"result": "delivered"}
+    assert await kept(engine, sid) == 0
+    assert (await delivery_rows(engine, tenant))[0]["status"] == "delivered"
