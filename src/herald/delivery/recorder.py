@@ -257,3 +257,11 @@ async def _side_effects(
             await queries.deactivate_push_token(conn, ctx["provider_target_id"], "unregistered")
         if outcome.recipient_blocked and ctx["person_id"] is not None:
             await queries.forbid_telegram(conn, ctx["person_id"])
+        if outcome.destination_undeliverable and ctx["person_id"] is not None:
+            await receipts.mark_refused_destination(
+                conn,
+                ctx["channel"],
+                ctx["person_id"],
+                last_error(outcome, ctx["channel"]),
+                str(ctx["public_id"]),
+            )

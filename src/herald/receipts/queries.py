@@ -99,6 +99,24 @@ async def take_parked_receipts(
     return sorted((dict(row._mapping) for row in result), key=lambda row: int(row["id"]))
 
 
+async def mark_person_undeliverable(
+    conn: AsyncConnection,
+    channel: str,
+    person_id: int,
+    reason: str,
+    delivery_public_id: uuid.UUID,
+) -> None:
+    await conn.execute(
+        SQL["mark_person_undeliverable"],
+        {
+            "channel": channel,
+            "person_id": person_id,
+            "reason": reason,
+            "delivery_public_id": delivery_public_id,
+        },
+    )
+
+
 async def delivery_status(conn: AsyncConnection, delivery_id: int) -> str | None:
     d = s.notification_delivery
     row = (await conn.execute(select(d.c.status).where(d.c.id == delivery_id))).first()

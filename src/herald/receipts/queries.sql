@@ -65,3 +65,21 @@ RETURNING p.id, p.provider_message_id, p.status, p.code, p.hard;
 -- (namespace "HRCP", the id's hash: a collision only makes two callers wait for each other).
 SELECT pg_advisory_xact_lock(1213350736, hashtext(CAST(:channel AS text) || ':' || m))
   FROM (SELECT DISTINCT unnest(CAST(:provider_message_ids AS text[])) AS m ORDER BY 1) ids;
+
+-- name: mark_person_undeliverable
+-- A provider's answer to the send itself said the number (or address) can never take a message
+-- (Aakash's data.invalid): the person's current one is marked, hashed exactly as
+-- mark_undeliverable hashes it. Run under the delivery's tenant, in the recorder's transaction.
+INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason, delivery_public_id)
+SELECT p.tenant_id, CAST(:channel AS text),
+       encode(sha256(convert_to(
+           CASE CAST(:channel AS text)
+                WHEN 'email' THEN lower(btrim(p.email))
+                ELSE regexp_replace(p.phone, '[^0-9+]', '', 'g') END, 'UTF8')), 'hex'),
+       :reason, :delivery_public_id
+  FROM person p
+ WHERE p.id = :person_id
+   AND CASE CAST(:channel AS text)
+            WHEN 'email' THEN btrim(coalesce(p.email, '')) <> ''
+            ELSE regexp_replace(coalesce(p.phone, ''), '[^0-9+]', '', 'g') <> '' END
+ON CONFLICT (tenant_id, channel, address_hash) DO NOTHING;

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -304,6 +305,18 @@ async def apply_parked(
             await _after_move(conn, tenant_id, delivery_id, moved, receipt)
             applied += 1
     return applied
+
+
+async def mark_refused_destination(
+    conn: AsyncConnection, channel: str, person_id: int, reason: str, delivery_public_id: str
+) -> None:
+    """The recorder's side effect of a send the provider refused because the person's address or
+    number can never take a message (ProviderOutcome.destination_undeliverable): the same mark a
+    hard-bounce receipt leaves, under the delivery's tenant, in the recorder's transaction."""
+    if channel in vocabulary.UNDELIVERABLE_CHANNELS:
+        await queries.mark_person_undeliverable(
+            conn, channel, person_id, reason, uuid.UUID(delivery_public_id)
+        )
 
 
 def form_params(body: bytes) -> list[tuple[str, str]]:
