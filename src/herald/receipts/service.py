@@ -8,7 +8,8 @@ bring its whole REST client and an HTTP stack for the one RequestValidator, and 
 Twilio's documented one, compared in constant time).
 
 A verified receipt moves the delivery it names (by provider message id and channel; an id that
-matches no row, or more than one, changes nothing) from `sent` to `delivered`, or to the final
+matches more than one row changes nothing; one that matches none changes nothing, except a
+Twilio receipt, which is kept — see below) from `sent` to `delivered`, or to the final
 `bounced` with the provider's code. The move is a compare-and-set on `sent`, so a duplicate, an
 out-of-order or a late receipt changes nothing. A hard bounce — a permanent email bounce, or an
 SMS error that says the number cannot take SMS (TWILIO_PERMANENT_ERRORS) — also marks the
@@ -16,6 +17,15 @@ recipient's address on that channel undeliverable (undeliverable_address, a hash
 messages to it are skipped_no_destination with ADDRESS_UNDELIVERABLE until the host changes it. The
 webhook delivery.delivered / delivery.bounced is written in the same transaction.
 An unsigned or forged callback is 401 and changes nothing.
+
+Issue 44: Twilio may post the callback while the recorder is still writing the SID, and posts it
+once. A Twilio receipt whose SID no delivery carries yet is kept (pending_receipt, 202 "pending")
+and applied by apply_parked in the recorder's transaction that stores the SID, then deleted. Both
+sides take an advisory lock on the SID (queries.lock_message_ids) — the route before it looks for
+the delivery, the recorder after writing it and before reading the kept rows — so a callback
+racing the recorder's commit is either kept before the recorder looks or sees the committed
+delivery. Resend's receipts are not kept: its webhook carries every email of the Resend account,
+and Svix retries the 409 PROVIDER_RECEIPT_EARLY.
 """
 
 from __future__ import annotations
