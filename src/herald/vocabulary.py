@@ -188,6 +188,12 @@ WEBHOOK_MESSAGE_STATUSES: Final[tuple[str, ...]] = get_args(WebhookMessageStatus
 
 # Channels whose addresses a hard bounce marks undeliverable (undeliverable_address).
 UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms")
+# Providers whose receipts, arriving before Herald has recorded the send, are kept until it is
+# (pending_receipt), and their channels. Twilio posts a status callback once, for the messages
+# Herald sent with a StatusCallback; Resend's webhook is retried by Svix and carries the events
+# of every email of the account, Herald's or not, so an unknown Resend id is not kept.
+PARKED_RECEIPT_PROVIDERS: Final[tuple[str, ...]] = ("twilio",)
+PARKED_RECEIPT_CHANNELS: Final[tuple[str, ...]] = ("sms",)
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

@@ -121,6 +121,37 @@ async def _populate(engine: AsyncEngine, tenant: str) -> None:
             expires_at=datetime.now(UTC) + timedelta(hours=1),
         )
     await run_to_completion(engine, tenant)
+    async with engine.begin() as conn:
+        # A Twilio receipt kept for a send of this tenant (its delivery now carries the message
+        # id), and one kept for a send nobody has recorded: that one is no tenant's.
+        sid = f"SM{uuid.uuid4().hex}"
+        await conn.execute(
+            text(
+                "UPDATE notification_delivery SET channel = 'sms', provider_message_id = :sid "
+                "WHERE id = (SELECT min(id) FROM notification_delivery "
+                "            WHERE tenant_id = :tenant AND channel = 'email')"
+            ),
+            {"sid": sid, "tenant": tenant},
+        )
+        for message_id in (sid, f"SM{uuid.uuid4().hex}"):
+            await conn.execute(
+                text(
+                    "INSERT INTO pending_receipt (provider, channel, provider_message_id, status, "
+                    "provider_status) VALUES ('twilio', 'sms', :sid, 'delivered', 'delivered')"
+                ),
+                {"sid": message_id},
+            )
+
+
+# How the hand-written check reads a parent-scoped table's tenant: through its parent (a LEFT
+# JOIN, so a row herald_app can see without a parent of its tenant shows as None and fails).
+PARENT_TENANT_SQL = {
+    "feed_notification_read": "SELECT f.tenant_id FROM feed_notification_read r "
+    "LEFT JOIN feed_notification f ON f.id = r.notification_id",
+    "pending_receipt": "SELECT d.tenant_id FROM pending_receipt r "
+    "LEFT JOIN notification_delivery d ON d.provider_message_id = r.provider_message_id "
+    "AND d.channel = r.channel",
+}
 
 
 @pytest.fixture
@@ -145,12 +176,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
         seen: dict[str, int] = {}
         for table in tables:
             if table in tenancy.PARENT_SCOPED:
-                rows = conn.execute(
-                    sql.SQL(
-                        "SELECT f.tenant_id FROM {} r JOIN feed_notification f "
-                        "ON f.id = r.notification_id"
-                    ).format(sql.Identifier(table))
-                ).fetchall()
+                rows = conn.execute(sql.SQL(PARENT_TENANT_SQL[table])).fetchall()
             else:
                 rows = conn.execute(
                     sql.SQL("SELECT tenant_id FROM {}").format(sql.Identifier(table))
@@ -174,6 +200,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "feed_notification_read",
             "followup",
             "console_session",
+            "pending_receipt",
         ):
             assert seen.get(table, 0) > 0, (table, seen)
 
@@ -199,7 +226,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
 
         conn.execute(f"SET ROLE {tenancy.APP_ROLE}")  # no tenant at all: nothing
         conn.execute("SELECT set_config(%s, '', false)", (tenancy.TENANT_SETTING,))
-        for table in ("person", "notification_event", "notification_delivery"):
+        for table in ("person", "notification_event", "notification_delivery", "pending_receipt"):
             count = conn.execute(
                 sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
             ).fetchone()

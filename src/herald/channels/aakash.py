@@ -90,6 +90,19 @@ def _status(value: object) -> str | None:
     return value if isinstance(value, str) and _STATUS.fullmatch(value) else None
 
 
+def _invalid_number() -> ProviderOutcome:
+    """Aakash listed the number in `data.invalid` (status `aborted`, no credit taken): Aakash has
+    no delivery reports Herald reads and no numeric codes, so this is its one word that a number
+    cannot take SMS. The number is marked undeliverable (undeliverable_address), as a Twilio
+    30005/30006 receipt marks it: later SMS to it are skipped until the host changes it."""
+    return sms.sms_failure(
+        "SMS_INVALID_NUMBER",
+        retryable=False,
+        detail="aakash:invalid_number",
+        destination_undeliverable=True,
+    )
+
+
 def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
     """Sort one Aakash answer into sent / failed. Reads the body, never copies text out of it."""
     status = response.status_code
@@ -130,16 +143,12 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
             first = valid[0]
             return ProviderOutcome.sent(_message_id(first.get("id")), _status(first.get("status")))
         if invalid:
-            return sms.sms_failure(
-                "SMS_INVALID_NUMBER", retryable=False, detail="aakash:invalid_number"
-            )
+            return _invalid_number()
         # Aakash said it accepted the call but listed nothing: a retry risks a second paid send.
         return sms.sms_failure("SMS_UNKNOWN", retryable=False, detail="aakash:no_receipt")
     if error is True:
         if invalid and not valid:
-            return sms.sms_failure(
-                "SMS_INVALID_NUMBER", retryable=False, detail="aakash:invalid_number"
-            )
+            return _invalid_number()
         # Any other refusal (a missing field, an unknown sender…) is about this request; the same
         # request would be refused again at the same cost.
         return sms.sms_failure("SMS_REJECTED", retryable=False, detail="aakash:error")

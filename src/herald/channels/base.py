@@ -51,6 +51,9 @@ class ProviderOutcome:
     skip_reason: SkipReason | None = None
     invalidate_token: bool = False  # push: the token is dead (UNREGISTERED, invalid)
     recipient_blocked: bool = False  # telegram: the person blocked the bot
+    # email, sms: the provider says this address or number can never take a message (Aakash's
+    # data.invalid): the recorder marks it undeliverable, as a hard-bounce receipt does.
+    destination_undeliverable: bool = False
 
     @staticmethod
     def sent(message_id: str | None = None, status: str | None = None) -> ProviderOutcome:
@@ -72,6 +75,7 @@ class ProviderOutcome:
         retry_after_seconds: int | None = None,
         invalidate_token: bool = False,
         recipient_blocked: bool = False,
+        destination_undeliverable: bool = False,
     ) -> ProviderOutcome:
         return ProviderOutcome(
             outcome="failed",
@@ -82,6 +86,7 @@ class ProviderOutcome:
             retry_after_seconds=retry_after_seconds,
             invalidate_token=invalidate_token,
             recipient_blocked=recipient_blocked,
+            destination_undeliverable=destination_undeliverable,
         )
 
 

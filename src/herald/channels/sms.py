@@ -203,10 +203,15 @@ def sms_failure(
     retryable: bool,
     detail: str | None = None,
     retry_after_seconds: int | None = None,
+    destination_undeliverable: bool = False,
 ) -> ProviderOutcome:
     """A failed outcome whose code is type-checked against the SMS table (R-PROVIDER-25)."""
     return ProviderOutcome.failure(
-        code, retryable=retryable, detail=detail, retry_after_seconds=retry_after_seconds
+        code,
+        retryable=retryable,
+        detail=detail,
+        retry_after_seconds=retry_after_seconds,
+        destination_undeliverable=destination_undeliverable,
     )
 
 

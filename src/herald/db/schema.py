@@ -1211,6 +1211,38 @@ undeliverable_address = Table(
     Index("undeliverable_address_created_at_idx", "created_at"),
 )
 
+# Receipts that arrived before their send was recorded (issue 44). A fast provider can post a
+# status callback while the recorder is still writing the provider's message id; Twilio does not
+# send a callback twice, so it is kept here and applied, once, by the recorder's transaction that
+# stores that message id (herald.receipts.service.apply_parked), which deletes it. No tenant_id:
+# until a delivery carries the message id the receipt belongs to no tenant, so row-level security
+# scopes it through that delivery (tenancy.PARENT_SCOPED), keeping the receipt route's rule (the
+# tenant is the one whose delivery carries the id). Only what applying it needs is kept: the
+# Herald status and code, the provider's status word, never a number or a body. Retention deletes
+# what no send claimed within PENDING_RECEIPT_DAYS.
+pending_receipt = Table(
+    "pending_receipt",
+    metadata,
+    _id(),
+    Column("provider", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("provider_message_id", Text, nullable=False),
+    # What applying it does to the delivery: `delivered` or `bounced` (with `code`, and `hard`
+    # when it also marks the number undeliverable).
+    Column("status", Text, nullable=False),
+    Column("code", Text),
+    Column("hard", Boolean, nullable=False, server_default=text("false")),
+    # The provider's own word for it (Twilio's MessageStatus), for the operator reading the row.
+    Column("provider_status", Text, nullable=False),
+    Column("received_at", TZ, nullable=False, server_default=NOW),
+    # A duplicate callback adds nothing; the recorder takes the rows by (channel, id).
+    UniqueConstraint("channel", "provider_message_id", "status"),
+    vocab_check("provider", vocabulary.PARKED_RECEIPT_PROVIDERS, "provider"),
+    vocab_check("channel", vocabulary.PARKED_RECEIPT_CHANNELS, "channel"),
+    CheckConstraint("status IN ('delivered', 'bounced')", name="status"),
+    Index("pending_receipt_received_at_idx", "received_at"),
+)
+
 # Console sessions (issue 13): an operator's JWT exchanged for a server-side session. The cookie
 # carries a random token; only its sha256 is stored, so a read of this table signs nobody in.
 # The person's active role is kept by code, and the role's permissions are read afresh on every

@@ -40,6 +40,11 @@ _CURRENT_TENANT = f"current_setting('{TENANT_SETTING}', true)"
 PARENT_SCOPED = {
     "feed_notification_read": "EXISTS (SELECT 1 FROM feed_notification f "
     "WHERE f.id = feed_notification_read.notification_id)",
+    # A receipt kept until its send is recorded (herald.receipts): the tenant's once one of its
+    # deliveries carries the message id, nobody's before (only the owner's cross-tenant code).
+    "pending_receipt": "EXISTS (SELECT 1 FROM notification_delivery d "
+    "WHERE d.provider_message_id = pending_receipt.provider_message_id "
+    "AND d.channel = pending_receipt.channel)",
 }
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from herald import outages
+from herald import outages, vocabulary
 from herald.channels.base import ProviderOutcome, bounded_detail
 from herald.config import Settings
 from herald.db import tenancy
@@ -30,6 +30,7 @@ from herald.delivery import queries
 from herald.delivery.backoff import backoff_seconds
 from herald.delivery.queries import OutcomeRows
 from herald.delivery.send import Prepared
+from herald.receipts import service as receipts
 from herald.values import value
 
 log = logging.getLogger(__name__)
@@ -219,9 +220,30 @@ async def _write(
         part = rows if len(by_tenant) == 1 else rows.subset(indexes)
         done, xid = await queries.record_outcomes(conn, part)
         await _side_effects(conn, [results[i] for i in indexes], done)
+        await _apply_parked_receipts(conn, tenant, [results[i] for i in indexes], done)
         written |= done
         transaction = transaction or xid
     return written, transaction
+
+
+async def _apply_parked_receipts(
+    conn: AsyncConnection, tenant: str, results: Sequence[Result], written: set[int]
+) -> None:
+    """Receipts that came before this write (a fast provider's status callback) are applied in
+    its transaction, the one that stores the message ids they name (herald.receipts)."""
+    sent: dict[str, dict[str, int]] = {}
+    for result in results:
+        ctx, outcome = result.prepared.context, result.outcome
+        if (
+            outcome is not None
+            and outcome.outcome == "sent"
+            and outcome.provider_message_id
+            and ctx["id"] in written
+            and ctx["channel"] in vocabulary.PARKED_RECEIPT_CHANNELS
+        ):
+            sent.setdefault(ctx["channel"], {})[outcome.provider_message_id] = ctx["id"]
+    for channel, by_message_id in sent.items():
+        await receipts.apply_parked(conn, tenant, channel, by_message_id)
 
 
 async def _side_effects(
@@ -235,3 +257,11 @@ async def _side_effects(
             await queries.deactivate_push_token(conn, ctx["provider_target_id"], "unregistered")
         if outcome.recipient_blocked and ctx["person_id"] is not None:
             await queries.forbid_telegram(conn, ctx["person_id"])
+        if outcome.destination_undeliverable and ctx["person_id"] is not None:
+            await receipts.mark_refused_destination(
+                conn,
+                ctx["channel"],
+                ctx["person_id"],
+                last_error(outcome, ctx["channel"]),
+                str(ctx["public_id"]),
+            )

@@ -146,6 +146,7 @@ delete_sent_webhook_messages = TableDelete("delete_sent_webhook_messages")
 delete_aged_undeliverable_addresses = TableDelete("delete_aged_undeliverable_addresses")
 delete_finished_operational_emails = TableDelete("delete_finished_operational_emails")
 delete_expired_console_sessions = TableDelete("delete_expired_console_sessions")
+delete_aged_pending_receipts = TableDelete("delete_aged_pending_receipts")
 
 
 # -- once per period -------------------------------------------------------------------------

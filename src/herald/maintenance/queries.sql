@@ -331,3 +331,15 @@ WITH expired AS (
      WHERE expired.status = 'dead'
 )
 SELECT id, status FROM expired;
+
+-- name: delete_aged_pending_receipts
+-- Receipts kept for a send (pending_receipt) that no recorded send claimed within :days, at most
+-- :limit, through pending_receipt_received_at_idx: their message id will not be written now.
+DELETE FROM pending_receipt a
+ WHERE a.id IN (
+        SELECT c.id
+          FROM pending_receipt c
+         WHERE c.received_at < now() - make_interval(days => :days)
+         ORDER BY c.received_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);

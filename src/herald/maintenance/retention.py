@@ -61,6 +61,7 @@ class RetentionReport:
     webhook_messages: int = 0
     undeliverable_addresses: int = 0
     console_sessions: int = 0
+    pending_receipts: int = 0
     # The month partitions dropped whole (their suffixes; "legacy" for the legacy partitions).
     months_dropped: list[str] = field(default_factory=list)
     # Events of dropped months whose rows were kept (moved to the default partition).
@@ -90,6 +91,7 @@ class RetentionReport:
             + self.webhook_messages
             + self.undeliverable_addresses
             + self.console_sessions
+            + self.pending_receipts
         )
 
 
@@ -374,6 +376,17 @@ prune_console_sessions = TablePrune(
     _retention_days,
 )
 
+# Receipts kept for a send that was never recorded with their message id, a day after they came.
+# The recorder writes an outcome within one lease of the call (or not at all: the reaper re-queues
+# the delivery, and its next send has a new id), so a day is far past any match.
+PENDING_RECEIPT_DAYS = 1
+prune_pending_receipts = TablePrune(
+    "retention_pending_receipts",
+    "pending_receipts",
+    queries.delete_aged_pending_receipts,
+    lambda settings: PENDING_RECEIPT_DAYS,
+)
+
 # The independent single-table retentions, in the order a tick runs them (R-RETENTION-9).
 TABLE_PRUNES = (
     prune_push_tokens,
@@ -385,6 +398,7 @@ TABLE_PRUNES = (
     prune_webhook_messages,
     prune_undeliverable_addresses,
     prune_console_sessions,
+    prune_pending_receipts,
 )
 
 
@@ -415,7 +429,7 @@ def log_report(report: RetentionReport) -> None:
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
             "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
-            "%d console sessions, %d month partitions dropped whole (%s; %d kept events moved to "
+            "%d console sessions, %d pending receipts, %d month partitions dropped whole (%s; %d kept events moved to "
             "the default partition) in %d statements (slowest %.3f s)",
             report.deliveries,
             report.attempts,
@@ -430,6 +444,7 @@ def log_report(report: RetentionReport) -> None:
             report.webhook_messages,
             report.undeliverable_addresses,
             report.console_sessions,
+            report.pending_receipts,
             len(report.months_dropped),
             ", ".join(report.months_dropped) or "none",
             report.kept_events,

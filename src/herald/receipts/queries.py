@@ -1,4 +1,5 @@
-"""SQL of delivery receipts: find the delivery a receipt names, move it, mark its address."""
+"""SQL of delivery receipts: find the delivery a receipt names, move it, mark its address; keep
+a receipt that came before its send was recorded, and take it back when it is."""
 
 from __future__ import annotations
 
@@ -48,6 +49,68 @@ async def mark_undeliverable(
         {
             "channel": channel,
             "recipient_id": recipient_id,
+            "reason": reason,
+            "delivery_public_id": delivery_public_id,
+        },
+    )
+
+
+async def park_receipt(
+    conn: AsyncConnection,
+    *,
+    provider: str,
+    channel: str,
+    provider_message_id: str,
+    status: str,
+    code: str | None,
+    hard: bool,
+    provider_status: str,
+) -> None:
+    await conn.execute(
+        SQL["park_receipt"],
+        {
+            "provider": provider,
+            "channel": channel,
+            "provider_message_id": provider_message_id,
+            "status": status,
+            "code": code,
+            "hard": hard,
+            "provider_status": provider_status,
+        },
+    )
+
+
+async def lock_message_ids(
+    conn: AsyncConnection, channel: str, provider_message_ids: list[str]
+) -> None:
+    await conn.execute(
+        SQL["lock_message_ids"],
+        {"channel": channel, "provider_message_ids": provider_message_ids},
+    )
+
+
+async def take_parked_receipts(
+    conn: AsyncConnection, channel: str, provider_message_ids: list[str]
+) -> list[dict[str, Any]]:
+    result = await conn.execute(
+        SQL["take_parked_receipts"],
+        {"channel": channel, "provider_message_ids": provider_message_ids},
+    )
+    return sorted((dict(row._mapping) for row in result), key=lambda row: int(row["id"]))
+
+
+async def mark_person_undeliverable(
+    conn: AsyncConnection,
+    channel: str,
+    person_id: int,
+    reason: str,
+    delivery_public_id: uuid.UUID,
+) -> None:
+    await conn.execute(
+        SQL["mark_person_undeliverable"],
+        {
+            "channel": channel,
+            "person_id": person_id,
             "reason": reason,
             "delivery_public_id": delivery_public_id,
         },

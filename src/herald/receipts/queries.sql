@@ -38,3 +38,48 @@ SELECT p.tenant_id, CAST(:channel AS text),
             WHEN 'email' THEN btrim(coalesce(p.email, '')) <> ''
             ELSE regexp_replace(coalesce(p.phone, ''), '[^0-9+]', '', 'g') <> '' END
 ON CONFLICT (tenant_id, channel, address_hash) DO NOTHING;
+
+-- name: park_receipt
+-- A receipt whose message id no delivery carries yet (the recorder has not written it): kept
+-- until it does. Run as the owner (the route's all-tenant transaction): the row belongs to no
+-- tenant until then. A duplicate callback is the same (channel, id, status): nothing is added.
+INSERT INTO pending_receipt
+       (provider, channel, provider_message_id, status, code, hard, provider_status)
+VALUES (:provider, :channel, :provider_message_id, :status, :code, :hard, :provider_status)
+ON CONFLICT (channel, provider_message_id, status) DO NOTHING;
+
+-- name: take_parked_receipts
+-- The recorder's transaction, under the tenant whose sends it just recorded: the kept receipts
+-- for those message ids, deleted as they are read (each applied once), oldest first. Row-level
+-- security shows this tenant only the rows its own deliveries' message ids name.
+DELETE FROM pending_receipt p
+ WHERE p.channel = CAST(:channel AS text)
+   AND p.provider_message_id = ANY(CAST(:provider_message_ids AS text[]))
+RETURNING p.id, p.provider_message_id, p.status, p.code, p.hard;
+
+-- name: lock_message_ids
+-- A transaction-scoped advisory lock for each (channel, message id), in one order (no deadlock
+-- between two callers): the receipt route takes it before looking for the delivery, the
+-- recorder after writing the id and before taking the kept receipts. Whichever comes second sees
+-- what the first committed, so a receipt is never kept after its send's recorder has looked.
+-- (namespace "HRCP", the id's hash: a collision only makes two callers wait for each other).
+SELECT pg_advisory_xact_lock(1213350736, hashtext(CAST(:channel AS text) || ':' || m))
+  FROM (SELECT DISTINCT unnest(CAST(:provider_message_ids AS text[])) AS m ORDER BY 1) ids;
+
+-- name: mark_person_undeliverable
+-- A provider's answer to the send itself said the number (or address) can never take a message
+-- (Aakash's data.invalid): the person's current one is marked, hashed exactly as
+-- mark_undeliverable hashes it. Run under the delivery's tenant, in the recorder's transaction.
+INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason, delivery_public_id)
+SELECT p.tenant_id, CAST(:channel AS text),
+       encode(sha256(convert_to(
+           CASE CAST(:channel AS text)
+                WHEN 'email' THEN lower(btrim(p.email))
+                ELSE regexp_replace(p.phone, '[^0-9+]', '', 'g') END, 'UTF8')), 'hex'),
+       :reason, :delivery_public_id
+  FROM person p
+ WHERE p.id = :person_id
+   AND CASE CAST(:channel AS text)
+            WHEN 'email' THEN btrim(coalesce(p.email, '')) <> ''
+            ELSE regexp_replace(coalesce(p.phone, ''), '[^0-9+]', '', 'g') <> '' END
+ON CONFLICT (tenant_id, channel, address_hash) DO NOTHING;

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 class ReceiptResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # What the receipt did: moved the delivery, or nothing (unknown id, duplicate, out of order,
-    # or a status Herald does not act on). The provider needs only the 200.
-    result: Literal["delivered", "bounced", "ignored"]
+    # What the receipt did: moved the delivery; kept it (`pending`, answered 202) because its send
+    # is still being recorded, to be applied when it is; or nothing (unknown id, duplicate, out of
+    # order, or a status Herald does not act on). The provider needs only the 2xx.
+    result: Literal["delivered", "bounced", "pending", "ignored"]

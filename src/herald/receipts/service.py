@@ -8,7 +8,8 @@ bring its whole REST client and an HTTP stack for the one RequestValidator, and 
 Twilio's documented one, compared in constant time).
 
 A verified receipt moves the delivery it names (by provider message id and channel; an id that
-matches no row, or more than one, changes nothing) from `sent` to `delivered`, or to the final
+matches more than one row changes nothing; one that matches none changes nothing, except a
+Twilio receipt, which is kept — see below) from `sent` to `delivered`, or to the final
 `bounced` with the provider's code. The move is a compare-and-set on `sent`, so a duplicate, an
 out-of-order or a late receipt changes nothing. A hard bounce — a permanent email bounce, or an
 SMS error that says the number cannot take SMS (TWILIO_PERMANENT_ERRORS) — also marks the
@@ -16,6 +17,15 @@ recipient's address on that channel undeliverable (undeliverable_address, a hash
 messages to it are skipped_no_destination with ADDRESS_UNDELIVERABLE until the host changes it. The
 webhook delivery.delivered / delivery.bounced is written in the same transaction.
 An unsigned or forged callback is 401 and changes nothing.
+
+Issue 44: Twilio may post the callback while the recorder is still writing the SID, and posts it
+once. A Twilio receipt whose SID no delivery carries yet is kept (pending_receipt, 202 "pending")
+and applied by apply_parked in the recorder's transaction that stores the SID, then deleted. Both
+sides take an advisory lock on the SID (queries.lock_message_ids) — the route before it looks for
+the delivery, the recorder after writing it and before reading the kept rows — so a callback
+racing the recorder's commit is either kept before the recorder looks or sees the committed
+delivery. Resend's receipts are not kept: its webhook carries every email of the Resend account,
+and Svix retries the 409 PROVIDER_RECEIPT_EARLY.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import hashlib
 import hmac
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from svix.webhooks import Webhook as SvixWebhook
 from svix.webhooks import WebhookVerificationError
 
+from herald import vocabulary
 from herald.channels.base import bounded_detail
 from herald.config import Settings
 from herald.db import tenancy
@@ -78,11 +90,15 @@ class Receipt:
     status: str | None
     code: str | None = None
     hard: bool = False
+    # Who sent it, and its own word for the status (kept with a receipt that is parked).
+    provider: str = ""
+    provider_status: str = ""
 
 
 @dataclass(frozen=True)
 class Applied:
-    # "delivered", "bounced" or "ignored" (unknown, duplicate, out of order, not acted on).
+    # "delivered", "bounced", "pending" (kept until its send is recorded) or "ignored" (unknown,
+    # duplicate, out of order, not acted on).
     result: str
 
 
@@ -181,26 +197,63 @@ def parse_twilio(params: Sequence[tuple[str, str]]) -> Receipt:
         raise ReceiptMalformed()
     sid = sid[:MAX_PROVIDER_ID]
     if status == "delivered":
-        return Receipt("sms", sid, "delivered")
+        return Receipt("sms", sid, "delivered", provider="twilio", provider_status=status)
     if status in ("undelivered", "failed"):
         error = form.get("ErrorCode", "")
-        code = f"SMS_UNDELIVERED (twilio_{error})" if error.isdigit() else "SMS_UNDELIVERED"
-        return Receipt("sms", sid, "bounced", code, hard=error in TWILIO_PERMANENT_ERRORS)
-    return Receipt("sms", sid, None)
+        error = error if error.isascii() and error.isdigit() and len(error) <= 6 else ""
+        code = f"SMS_UNDELIVERED (twilio_{error})" if error else "SMS_UNDELIVERED"
+        return Receipt(
+            "sms",
+            sid,
+            "bounced",
+            code,
+            hard=error in TWILIO_PERMANENT_ERRORS,
+            provider="twilio",
+            provider_status=status,
+        )
+    return Receipt("sms", sid, None, provider="twilio")
 
 
 # ---------------------------------------------------------------------------------------------
 # Applying a verified receipt
 
 
+def parks(receipt: Receipt) -> bool:
+    """Whether a receipt naming no delivery yet is kept for its send's recording (Twilio's: it
+    calls back once, and only for the messages Herald sent with its StatusCallback)."""
+    return (
+        receipt.status is not None
+        and receipt.provider in vocabulary.PARKED_RECEIPT_PROVIDERS
+        and receipt.channel in vocabulary.PARKED_RECEIPT_CHANNELS
+    )
+
+
 async def apply(conn: AsyncConnection, receipt: Receipt) -> Applied:
     """Move the delivery the receipt names, in the caller's (all-tenant) transaction; the move,
-    the undeliverable mark and the webhook message commit together."""
+    the undeliverable mark and the webhook message commit together. A parking provider's receipt
+    that names no delivery yet is kept (pending_receipt) for the recorder to apply."""
     if receipt.status is None:
         return Applied("ignored")
+    if parks(receipt):
+        # Taken before looking: a recorder writing this id holds it until its commit, so either
+        # the delivery is seen below, or the recorder (after this commits) sees the kept row.
+        await queries.lock_message_ids(conn, receipt.channel, [receipt.provider_message_id])
     found = await queries.find_by_provider_message_id(
         conn, receipt.channel, receipt.provider_message_id
     )
+    if not found and parks(receipt):
+        await queries.park_receipt(
+            conn,
+            provider=receipt.provider,
+            channel=receipt.channel,
+            provider_message_id=receipt.provider_message_id,
+            status=str(receipt.status),
+            code=receipt.code,
+            hard=receipt.hard,
+            provider_status=receipt.provider_status,
+        )
+        log.info("a %s receipt came before its send was recorded: kept", receipt.provider)
+        return Applied("pending")
     if len(found) != 1:
         return Applied("ignored")
     [(delivery_id, tenant_id)] = found
@@ -212,6 +265,19 @@ async def apply(conn: AsyncConnection, receipt: Receipt) -> Applied:
             # yet): a 409 makes a retrying sender (Svix) bring it back instead of losing it.
             raise ReceiptTooEarly()
         return Applied("ignored")
+    await _after_move(conn, tenant_id, delivery_id, moved, receipt)
+    return Applied(receipt.status)
+
+
+async def _after_move(
+    conn: AsyncConnection,
+    tenant_id: str,
+    delivery_id: int,
+    moved: Mapping[str, Any],
+    receipt: Receipt,
+) -> None:
+    """What a receipt that moved its delivery also does: mark a hard-bounced address, tell the
+    application's webhooks."""
     if receipt.hard:
         await queries.mark_undeliverable(
             conn,
@@ -222,7 +288,45 @@ async def apply(conn: AsyncConnection, receipt: Receipt) -> Applied:
         )
     await webhooks.emit_for_deliveries(conn, tenant_id, [delivery_id])
     log.info("delivery %s: %s by the provider's receipt", moved["public_id"], receipt.status)
-    return Applied(receipt.status)
+
+
+async def apply_parked(
+    conn: AsyncConnection, tenant_id: str, channel: str, sent: Mapping[str, int]
+) -> int:
+    """In the recorder's transaction, under `tenant_id`, right after it stored these message ids
+    (`sent`: message id → delivery id, all now `sent`): apply the receipts kept for them, oldest
+    first, and delete them, so each is applied exactly once. Returns how many were applied."""
+    if channel not in vocabulary.PARKED_RECEIPT_CHANNELS or not sent:
+        return 0
+    ids = sorted(sent)
+    await queries.lock_message_ids(conn, channel, ids)
+    applied = 0
+    for row in await queries.take_parked_receipts(conn, channel, ids):
+        delivery_id = sent.get(str(row["provider_message_id"]))
+        if delivery_id is None:
+            continue
+        receipt = Receipt(
+            channel, row["provider_message_id"], row["status"], row["code"], hard=row["hard"]
+        )
+        # The same compare-and-set on `sent` as a live receipt: a second kept receipt for the
+        # same message (delivered, then a late failure) finds it final and changes nothing.
+        moved = await queries.apply_receipt(conn, delivery_id, row["status"], row["code"])
+        if moved is not None:
+            await _after_move(conn, tenant_id, delivery_id, moved, receipt)
+            applied += 1
+    return applied
+
+
+async def mark_refused_destination(
+    conn: AsyncConnection, channel: str, person_id: int, reason: str, delivery_public_id: str
+) -> None:
+    """The recorder's side effect of a send the provider refused because the person's address or
+    number can never take a message (ProviderOutcome.destination_undeliverable): the same mark a
+    hard-bounce receipt leaves, under the delivery's tenant, in the recorder's transaction."""
+    if channel in vocabulary.UNDELIVERABLE_CHANNELS:
+        await queries.mark_person_undeliverable(
+            conn, channel, person_id, reason, uuid.UUID(delivery_public_id)
+        )
 
 
 def form_params(body: bytes) -> list[tuple[str, str]]:
