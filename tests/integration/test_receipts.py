@@ -252,7 +252,7 @@ async def test_twilio_undelivered_is_bounced_with_the_code(
     client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str, vault: Vault
 ) -> None:
     sid = await sent_sms(engine, tenant, vault, settings)
-    params = [("MessageSid", sid), ("MessageStatus", "undelivered"), ("ErrorCode", "30003")]
+    params = [("MessageSid", sid), ("MessageStatus", "undelivered"), ("ErrorCode", "30008")]
     form = urlencode(params)
     content = {"content-type": "application/x-www-form-urlencoded"}
 
@@ -269,12 +269,12 @@ async def test_twilio_undelivered_is_bounced_with_the_code(
     )
     assert answer.status_code == 200 and answer.json() == {"result": "bounced"}
     [row] = await delivery_rows(engine, tenant)
-    assert row["status"] == "bounced" and row["last_error"] == "SMS_UNDELIVERED (twilio_30003)"
+    assert row["status"] == "bounced" and row["last_error"] == "SMS_UNDELIVERED (twilio_30008)"
     async with engine.connect() as conn:
         marks = await conn.execute(
             select(s.undeliverable_address).where(s.undeliverable_address.c.tenant_id == tenant)
         )
-        assert marks.all() == []  # 30003 (handset unreachable) bounces this message only
+        assert marks.all() == []  # 30008 (unknown error) bounces this message only
 
 
 async def test_a_receipt_never_crosses_tenants(

@@ -265,7 +265,7 @@ async def test_an_early_callback_is_kept_then_applied_once_by_the_recorder(
     assert await webhook_types(engine, tenant) == ["delivery.delivered"]
 
 
-@pytest.mark.parametrize("code", ["30005", "30006"])
+@pytest.mark.parametrize("code", ["30003", "30005", "30006"])
 async def test_an_early_hard_failure_marks_the_number_until_it_changes(
     client: AsyncClient,
     engine: AsyncEngine,
@@ -306,7 +306,7 @@ async def test_an_early_hard_failure_marks_the_number_until_it_changes(
     assert twilio.requests[-1].field("To") == "+9779841000002"
 
 
-@pytest.mark.parametrize("code", ["30001", "30003", "30008"])
+@pytest.mark.parametrize("code", ["30001", "30007", "30008"])
 async def test_an_early_soft_failure_bounces_the_message_only(
     client: AsyncClient,
     engine: AsyncEngine,
@@ -317,8 +317,8 @@ async def test_an_early_soft_failure_bounces_the_message_only(
     real_twilio: TwilioSmsProvider,
     code: str,
 ) -> None:
-    """Issue 44: queue overflow (30001), an unreachable handset (30003: off, no signal) and an
-    unknown error (30008) bounce this message, kept and applied like any early receipt, but mark
+    """Issue 44: queue overflow (30001), carrier filtering (30007) and an unknown error (30008)
+    bounce this message, kept and applied like any early receipt, but mark
     nothing: the next SMS to the number is sent."""
     await guardian_with_sms(engine, tenant)
     early = CallbackFirst(real_twilio, twilio, client, engine, ("failed", code))

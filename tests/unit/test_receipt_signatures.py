@@ -63,12 +63,14 @@ def test_twilio_statuses() -> None:
         )
 
     assert parse("delivered").status == "delivered"
-    bounced = parse("undelivered", ErrorCode="30003")
+    bounced = parse("undelivered", ErrorCode="30001")
     assert (bounced.status, bounced.code, bounced.hard) == (
         "bounced",
-        "SMS_UNDELIVERED (twilio_30003)",
+        "SMS_UNDELIVERED (twilio_30001)",
         False,
     )
+    unreachable = parse("undelivered", ErrorCode="30003")
+    assert (unreachable.code, unreachable.hard) == ("SMS_UNDELIVERED (twilio_30003)", True)
     assert parse("failed", ErrorCode="<script>").code == "SMS_UNDELIVERED"
     assert parse("sent").status is None and parse("queued").status is None
     with pytest.raises(service.ReceiptMalformed):

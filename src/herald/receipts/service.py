@@ -183,11 +183,13 @@ def verify_twilio(
 
 
 # Twilio's error codes that say the number itself cannot take SMS from this sender, so sending
-# again is pointless until the host changes it: 30005 unknown, inactive or no longer in service;
-# 30006 a landline or an unreachable carrier (Twilio: "do not retry the same SMS to that
-# destination"); 21610 the person opted out (STOP). 30003 (handset unreachable: off, no signal,
-# roaming) and the filtering codes are not: they bounce this message only.
-TWILIO_PERMANENT_ERRORS = frozenset({"30005", "30006", "21610"})
+# again is pointless until the host changes it (issue 44): 30003 unreachable destination handset,
+# 30005 unknown, inactive or no longer in service, 30006 a landline or an unreachable carrier
+# (Twilio: "do not retry the same SMS to that destination"); 21610 the person opted out (STOP).
+# 30003 can also be a handset that is off for days; it marks the number like the others, and the
+# mark clears when the host records a new number. Queue overflow (30001), the filtering codes
+# and unknown errors (30008) bounce this message only.
+TWILIO_PERMANENT_ERRORS = frozenset({"30003", "30005", "30006", "21610"})
 
 
 def parse_twilio(params: Sequence[tuple[str, str]]) -> Receipt:
