@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jinja2
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -90,10 +90,13 @@ class ConsoleRoute(APIRoute):
                 response = to_sign_in(request)
             except CsrfRefused:
                 response = error_page(403, "This form has expired or did not come from here.")
-            except NotFound:
-                response = error_page(404, "Not found.")
             except HeraldError as exc:
-                response = error_page(exc.status, exc.message)
+                if wants_json(request):
+                    response = error_json(exc)
+                elif isinstance(exc, NotFound):
+                    response = error_page(404, "Not found.")
+                else:
+                    response = error_page(exc.status, exc.message)
             for name, value in SECURITY_HEADERS.items():
                 response.headers.setdefault(name, value)
             return response
@@ -110,6 +113,17 @@ def to_sign_in(request: Request) -> Response:
     if request.headers.get("HX-Request"):
         return Response(status_code=401, headers={"HX-Redirect": "/console/sign-in"})
     return RedirectResponse("/console/sign-in", status_code=303)
+
+
+def wants_json(request: Request) -> bool:
+    """console.js's own calls ask for JSON: their refusals are the API's envelope, code and all."""
+    return "application/json" in request.headers.get("accept", "")
+
+
+def error_json(error: HeraldError) -> JSONResponse:
+    # The API's envelope (herald.api.app.error_body), which this surface may not import.
+    body = {"error": {"code": error.code, "message": error.message}}
+    return JSONResponse(body, status_code=error.status)
 
 
 def error_page(status: int, message: str) -> HTMLResponse:

@@ -48,3 +48,67 @@
   }
   draw();
 })();
+
+// The broadcast draft's audience picker: only the fields of the chosen kind are shown, and the
+// count of people it reaches is asked for (debounced) whenever the audience changes. Without
+// this script every field shows and the "Preview the audience" button asks the server instead.
+(function audienceReach() {
+  var form = document.getElementById("broadcast-draft");
+  var out = document.getElementById("audience-reach");
+  if (!form || !out) return;
+  var kind = form.querySelector("select[name=audienceKind]");
+  var timer = null;
+  var asked = 0;
+
+  function showFields() {
+    form.querySelectorAll("[data-audience-for]").forEach(function (part) {
+      part.hidden = part.dataset.audienceFor.split(" ").indexOf(kind.value) < 0;
+    });
+  }
+
+  function say(text, state, count) {
+    out.textContent = text;
+    out.dataset.state = state;
+    out.className = state === "error" ? "error" : "";
+    if (count === undefined) delete out.dataset.count;
+    else out.dataset.count = String(count);
+  }
+
+  function ask() {
+    var mine = ++asked;
+    out.dataset.state = "loading";
+    fetch(out.dataset.source, {
+      method: "POST",
+      body: new URLSearchParams(new FormData(form)),
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    })
+      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
+      .then(function (answer) {
+        if (mine !== asked) return; // a later change has asked again meanwhile
+        if (answer.ok) {
+          var n = answer.data.count;
+          say("This reaches " + n + (n === 1 ? " person." : " people."), "ok", n);
+        } else {
+          var error = answer.data.error || {};
+          say((error.code || "ERROR") + ": " + (error.message || "the audience was refused"), "error");
+        }
+      })
+      .catch(function () {
+        if (mine === asked) say("Could not count the audience.", "error");
+      });
+  }
+
+  function changed(event) {
+    var name = event.target && event.target.name;
+    if (!name || name.indexOf("audience") !== 0) return;
+    if (name === "audienceKind") showFields();
+    clearTimeout(timer);
+    timer = setTimeout(ask, 300);
+  }
+
+  form.addEventListener("input", changed);
+  form.addEventListener("change", changed);
+  showFields();
+  ask();
+})();

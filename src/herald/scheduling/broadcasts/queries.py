@@ -327,3 +327,31 @@ async def mark_failed(conn: AsyncConnection, row_id: int) -> None:
 async def mark_settled(conn: AsyncConnection, row_id: int) -> None:
     stmt = update(b).where(b.c.id == row_id, b.c.settled_at.is_(None)).values(settled_at=func.now())
     await conn.execute(stmt)
+
+
+# How many roles and groups the console's audience picker lists (a school has tens of each).
+CHOICES_LIMIT = 1000
+
+
+async def role_choices(conn: AsyncConnection, tenant_id: str) -> list[tuple[str, str]]:
+    """(code, name) of the tenant's roles, by code: what a role audience can name."""
+    r = s.role
+    query = (
+        select(r.c.code, r.c.name)
+        .where(r.c.tenant_id == tenant_id)
+        .order_by(r.c.code)
+        .limit(CHOICES_LIMIT)
+    )
+    return [(row.code, row.name) for row in await conn.execute(query)]
+
+
+async def group_choices(conn: AsyncConnection, tenant_id: str) -> list[tuple[str, str]]:
+    """(external id, name) of the tenant's live groups, by name."""
+    g = s.person_group
+    query = (
+        select(g.c.external_id, g.c.name)
+        .where(g.c.tenant_id == tenant_id, g.c.deleted_at.is_(None))
+        .order_by(g.c.name, g.c.external_id)
+        .limit(CHOICES_LIMIT)
+    )
+    return [(row.external_id, row.name) for row in await conn.execute(query)]

@@ -101,3 +101,11 @@ class BroadcastReport(_Model):
     delivery_count: int
     # {channel: {status: n}}, rebuilt from the delivery rows (R-BCAST-10).
     counts: dict[str, dict[str, int]]
+
+
+class DraftAudienceReach(_Model):
+    """How many people an unsaved draft's audience reaches, and the spec as it would be saved."""
+
+    count: int
+    audience: dict[str, Any]
+    sample: list[PreviewPerson]

@@ -62,7 +62,7 @@ from herald.errors import (
 )
 from herald.fanout import service as fanout
 from herald.kinds import Registry
-from herald.scheduling.broadcasts import queries, releasing
+from herald.scheduling.broadcasts import audiences, queries, releasing
 from herald.scheduling.broadcasts.schemas import (
     ApproveInput,
     AudiencePreview,
@@ -71,14 +71,13 @@ from herald.scheduling.broadcasts.schemas import (
     BroadcastPage,
     BroadcastReport,
     BroadcastUpdate,
-    PreviewPerson,
 )
 from herald.sending import service as sending
 from herald.vocabulary import IN_FLIGHT_STATUSES as IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
-CREATE = "NotificationBroadcast_CREATE"
+CREATE = audiences.CREATE
 READ = "NotificationBroadcast_READ"
 UPDATE = "NotificationBroadcast_UPDATE"
 DELETE = "NotificationBroadcast_DELETE"
@@ -87,8 +86,6 @@ APPROVE = "NotificationBroadcast_APPROVE"
 ENTITY = releasing.ENTITY
 FIELDS = ("title", "kind", "variables", "channels", "audience", "scheduled_for")
 AUDITED_FIELDS = (*FIELDS, "state", "version")
-PREVIEW_SAMPLE = 20
-PREVIEW_PAGE = 5000
 
 # The send-path refusal → the field it is about.
 _SEND_FIELDS: tuple[tuple[type[HeraldError], str], ...] = (
@@ -300,30 +297,9 @@ async def audience_preview(
     first 20 of them by name, for a caller with _READ only. Reads keyset pages; writes nothing."""
     _require(operator, READ)
     row = await _find(conn, operator, broadcast_id)
-    count, after = 0, 0
-    sampled: list[audience.AudienceMember] = []
-    while True:
-        page = await audience.resolve_audience_page(
-            conn,
-            operator.tenant_id,
-            row["audience"],
-            after,
-            PREVIEW_PAGE,
-            created_until=row["audience_frozen_at"],
-        )
-        admitted = [m for m in page if m.admitted]
-        count += len(admitted)
-        sampled.extend(admitted[: PREVIEW_SAMPLE - len(sampled)])
-        if len(page) < PREVIEW_PAGE:
-            break
-        after = page[-1].person_id
-    external = await queries.external_ids(conn, [m.person_id for m in sampled])
-    sample = [
-        PreviewPerson(external_id=external[m.person_id], full_name=m.full_name)
-        for m in sampled
-        if m.person_id in external
-    ]
-    return AudiencePreview(count=count, sample=sample)
+    return await audiences.reach(
+        conn, operator.tenant_id, row["audience"], created_until=row["audience_frozen_at"]
+    )
 
 
 async def report(conn: AsyncConnection, operator: Operator, broadcast_id: str) -> BroadcastReport:
