@@ -7,10 +7,12 @@ values as $n, planned under `plan_cache_mode = force_generic_plan` and its EXPLA
 checked: notification_delivery_person_idx walked in every month that holds the person's rows,
 the months merged (never appended and sorted), and no Sort of deliveries anywhere.
 
-The person has ROWS notifications (an in-app and an email delivery each) in two partitions (this
-month and the default one), among OTHERS people with EACH, analysed; the last test shows the same
-data makes the planner sort when the person is reached through the recipient rows (the query
-before 0024), so these assertions are not vacuous.
+The person has ROWS notifications (an in-app and an email delivery each, nine in ten read) in two
+partitions (this month and the default one), among OTHERS people with EACH, analysed; one test
+shows the same data makes the planner sort when the person is reached through the recipient rows
+(the query before 0024), so these assertions are not vacuous. The inbox's `unreadOnly=true` list
+is checked on the same mostly-read history: it walks notification_recipient_unread_idx, not the
+whole-history centre index filtered row by row (test_plans_inbox.py's person is mostly unread).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.admin.trace import queries
 from herald.admin.trace.queries import PersonDeliveryFilters
+from herald.auth.service import Actor
+from herald.centre import queries as centre
 from herald.db import schema as s
 from herald.db import tenancy
 from herald.db.compiled import Compiled
@@ -42,9 +46,10 @@ DELIVERY = "notification_delivery"
 
 @pytest.fixture
 def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection[Any], int]]:
-    """A heavy person and OTHERS light ones of `tenant`, their recipients and deliveries (half of
-    the heavy person's events in this month, half months ago in the default partition; queued
-    times interleaved across the two), analysed; a connection as herald_app under the tenant."""
+    """A heavy person and OTHERS light ones of `tenant`, their recipients (nine in ten read) and
+    deliveries (half of the heavy person's events in this month, half months ago in the default
+    partition; queued times interleaved across the two), analysed; a connection as herald_app
+    under the tenant."""
     with psycopg.connect(libpq_url(database_url)) as conn:
         person_id = conn.execute(
             "INSERT INTO person (tenant_id, external_id) VALUES (%s, 'ana') RETURNING id",
@@ -78,8 +83,9 @@ def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection
             """
             WITH rc AS (
                 INSERT INTO notification_recipient
-                    (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at)
-                SELECT %(tenant)s, ev.id, p.id, p.public_id, ev.occurred_at
+                    (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at, read_at)
+                SELECT %(tenant)s, ev.id, p.id, p.public_id, ev.occurred_at,
+                       CASE WHEN ev.n %% 10 <> 0 THEN now() END
                 FROM person p JOIN ev ON ev.n <= CASE WHEN p.id = %(person)s
                                                      THEN %(rows)s ELSE %(each)s END
                 WHERE p.tenant_id = %(tenant)s
@@ -105,7 +111,9 @@ def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection
             (tenant,),
         )
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        for name, value in tenancy.INDEX_ORDER_PLANNER_SETTINGS:  # as person_deliveries sets them
+        # As person_deliveries sets them; the inbox's are the same two and the generic plan.
+        assert set(tenancy.INDEX_ORDER_PLANNER_SETTINGS) <= set(tenancy.INBOX_PLANNER_SETTINGS)
+        for name, value in tenancy.INDEX_ORDER_PLANNER_SETTINGS:
             conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
         yield conn, person_id
         conn.rollback()
@@ -217,6 +225,41 @@ def _recipient_keyed(
 def _ids(conn: psycopg.Connection[Any], statement: Select[Any]) -> list[int]:
     compiled = Compiled.of(statement)
     return [row[0] for row in conn.execute(compiled.sql, compiled.defaults).fetchall()]
+
+
+def inbox_actor(tenant: str, person_id: int) -> Actor:
+    return Actor(tenant, "ana", person_id, None, None, None, False)
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_unread_only_page_walks_the_unread_index(
+    history: tuple[psycopg.Connection[Any], int], tenant: str, deep: bool
+) -> None:
+    """`unreadOnly=true` over a mostly-read history: the unread index in page order, merged
+    across the months and stopping at the page; no Sort, and not the centre index (which would
+    step over nine read rows for each unread one)."""
+    conn, person_id = history
+    actor = inbox_actor(tenant, person_id)
+    values = centre.actor_params(actor) | {"limit": LIMIT}
+    if deep:
+        row = conn.execute(
+            "SELECT occurred_at, id FROM notification_recipient WHERE user_id = %s "
+            "AND read_at IS NULL ORDER BY occurred_at DESC, id DESC OFFSET %s LIMIT 1",
+            (person_id, ROWS // 20),
+        ).fetchone()
+        assert row is not None
+        values["after_at"], values["after_id"] = row
+    nodes = generic_plan(conn, centre._list_page(deep, True), values)
+    assert nodes[0]["Node Type"] == "Limit", nodes[0]
+    recipient = "notification_recipient"
+    assert index_names(nodes, recipient) == {"notification_recipient_unread_idx"}
+    assert len({n.get("Partition") for n in scans_of(nodes, recipient)}) == 2
+    assert any(n["Node Type"] == "Merge Append" for n in nodes)
+    for node in nodes:
+        assert node["Node Type"] not in ("Sort", "Incremental Sort"), node
+    if deep:
+        scans = scans_of(nodes, recipient)
+        assert all("occurred_at" in n.get("Index Cond", "") for n in scans), scans
 
 
 async def test_the_planner_settings_hold_for_the_page_only(engine: AsyncEngine) -> None:
