@@ -559,6 +559,8 @@ async def test_replay(
         and replay["replay_of_delivery_id"] == orig["id"]
         and replay["status"] == "queued"
     )
+    # The replay is in the person's history (GET /v1/admin/people/{externalId}/deliveries).
+    assert orig["user_id"] is not None and replay["user_id"] == orig["user_id"]
     [after] = await dead_letters(engine, tenant)
     assert after["replayed_by"] == "operator-1" and after["replay_job_id"] == str(new_id)
     await deliver(engine, ScriptedProvider("email"), vault, delivery_settings, tenant)()

@@ -83,6 +83,7 @@ async def person_with_history(
                     s.notification_delivery.update()
                     .where(s.notification_delivery.c.id == made.id)
                     .values(
+                        user_id=who.id,  # as the fan-out writes it
                         destination_hint=HINT,
                         rendered_title=f"Report card for {NAME}",
                         rendered_body=f"Dear parent, {NAME}'s report card is ready.",
@@ -110,8 +111,8 @@ async def test_erasure_keeps_the_record_and_nothing_personal(
     client: AsyncClient, engine: AsyncEngine, tenant: str, auth: Headers
 ) -> None:
     """R-ERASE-1, R-ERASE-2, R-ERASE-3: the person is gone; their recipient rows stay with user_id
-    NULL and the uuid snapshot intact; every delivery beneath them has no destination hint and no
-    rendering left, the recipient rows no variables; the kind and the timestamps remain."""
+    NULL and the uuid snapshot intact; every delivery beneath them has no destination hint, no
+    rendering and no person id left, the recipient rows no variables; the kind and the timestamps remain."""
     who, recipient_ids, delivery_ids = await person_with_history(engine, tenant, "g-1")
     other, _, other_deliveries = await person_with_history(engine, tenant, "g-2")
 
@@ -139,6 +140,7 @@ async def test_erasure_keeps_the_record_and_nothing_personal(
     assert len(scrubbed) == 6
     for row in scrubbed:
         assert (row.destination_hint, row.rendered_title, row.rendered_body) == (None, None, None)
+        assert row.user_id is None  # the person's copy on the delivery goes with the recipient's
         assert NAME not in repr(dict(row._mapping))
     for table in (s.notification_event,):
         async with engine.connect() as conn:
@@ -171,6 +173,7 @@ async def test_erasure_keeps_the_record_and_nothing_personal(
         engine, s.notification_delivery, s.notification_delivery.c.id, other_deliveries
     )
     assert {(r.destination_hint, r.rendered_title is not None) for r in untouched} == {(HINT, True)}
+    assert {r.user_id for r in untouched} == {other.id}
     assert await count_for(engine, s.person, s.person.c.id, other.id) == 1
 
 

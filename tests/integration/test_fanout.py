@@ -674,6 +674,8 @@ async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
                     d.c.skipped_at.is_not(None),
                     r.c.variables,
                     r.c.locale,
+                    # Each delivery carries its recipient's person (the admin history's key).
+                    d.c.user_id == p.c.id,
                 )
                 .select_from(d.join(r, r.c.id == d.c.recipient_id).join(p, p.c.id == r.c.user_id))
                 .join(e, e.c.id == d.c.event_id)
@@ -684,6 +686,7 @@ async def test_set_based_batch_writes_what_the_row_by_row_path_writes(
     by_rows = await fan_out(set_based=False)
     by_set = await fan_out(set_based=True)
     assert by_set == by_rows
+    assert {row[-1] for row in by_set.values()} == {True}
     # And the decisions are the ones the rules give (not merely the same twice).
     en_in_app = by_set[("en", "in_app", None)]
     assert en_in_app[:3] == ("delivered", "Sports day", "It is now on Friday.")

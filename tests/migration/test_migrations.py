@@ -553,3 +553,58 @@ def test_attempt_key_migration_on_a_populated_database(empty_database: str) -> N
             "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
             "attempt_number, occurred_at) SELECT 't', -1, 'sent', 1, now()"
         )
+
+
+PERSON_INDEXES = """
+SELECT c.relname, x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+ WHERE c.relname LIKE 'notification_delivery_person_idx%' ORDER BY 1
+"""
+
+
+def test_person_history_migration_on_a_populated_database(empty_database: str) -> None:
+    """0024 on a database holding deliveries in the legacy partition and this month's: each
+    delivery gets its recipient's person (a recipient orphaned by erasure leaves it NULL), and
+    notification_delivery_person_idx is valid on the parent and built on every partition under
+    the parent's name; down drops both and gives back 0023's catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
+    migrate.upgrade(empty_database, "0023")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0022, {"person": "ben"})
+        conn.execute(POPULATE_0022, {"person": "erased"})
+        conn.execute(
+            "UPDATE notification_recipient SET user_id = NULL WHERE user_id = "
+            "(SELECT id FROM person WHERE external_id = 'erased')"
+        )
+        parts = {
+            row[0]
+            for row in conn.execute(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'notification_delivery'::regclass"
+            )
+        }
+    before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0024")
+    with psycopg.connect(url) as conn:
+        copied = conn.execute(
+            "SELECT d.user_id IS NOT DISTINCT FROM r.user_id, r.user_id IS NULL, count(*) "
+            "FROM notification_delivery d JOIN notification_recipient r "
+            "ON r.id = d.recipient_id AND r.occurred_at = d.occurred_at GROUP BY 1, 2 ORDER BY 2"
+        ).fetchall()
+        assert copied == [(True, False, 12 + 20), (True, True, 20)]
+        assert "notification_delivery_legacy" in parts
+        indexes = conn.execute(PERSON_INDEXES).fetchall()
+        assert indexes == sorted(
+            [("notification_delivery_person_idx", True)]
+            + [
+                (part.replace("notification_delivery", "notification_delivery_person_idx"), True)
+                for part in parts
+            ]
+        )
+    migrate.downgrade(empty_database, "0023")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn:
+        assert conn.execute(PERSON_INDEXES).fetchall() == []

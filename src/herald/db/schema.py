@@ -387,6 +387,10 @@ notification_delivery = Table(
     # The recipient, in the same month: the key to it is each month's own (delivery partition →
     # recipient partition, ON DELETE CASCADE), created with the months (herald.db.partitions).
     Column("recipient_id", BigInteger, nullable=False),
+    # The recipient's person (its user_id), copied at fan-out so one person's history is one
+    # range of notification_delivery_person_idx (0024). No foreign key: it would probe person on
+    # every delivery written; erasure nulls it with the recipient's (directory.queries.erasure).
+    Column("user_id", BigInteger),
     # The recipient's occurred_at (so the event's): the partition key.
     _month_key(),
     # The event, by (event_id, occurred_at) like the recipient's key (below): every row of an
@@ -459,6 +463,10 @@ notification_delivery = Table(
         name="notification_delivery_event_id_fkey",
     ),
     Index("notification_delivery_recipient_idx", "recipient_id"),
+    # One person's deliveries newest first, in the admin list's page order (queued_at, id): the
+    # list walks each month's range and merges them, stopping at the page, never sorting the
+    # person's whole history (0024, tests/integration/test_plans_history.py).
+    Index("notification_delivery_person_idx", "user_id", text("queued_at DESC"), text("id DESC")),
     Index("notification_delivery_event_id_idx", "event_id", "status"),
     # R-SCHEMA-24/25/50: exact complements, both excluding replays (R-SCHEMA-26).
     Index(

@@ -19,7 +19,8 @@ Migrations call `protect()` for each new tenant table; a test fails when a table
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, literal_column, text, true
@@ -140,6 +141,39 @@ INBOX_PLANNER_SETTINGS = (
     ("enable_sort", "off"),
     ("plan_cache_mode", "force_generic_plan"),
 )
+
+
+# Planner settings of a read that pages one person's history in an index's order, from a request
+# other than the inbox's (the admin list of a person's deliveries, tests/integration/
+# test_plans_history.py). The inbox's reason holds: an estimate of `user_id = $1` is the average
+# person's, under which gathering the person's rows from every month (bitmap scans) and sorting
+# them looks as cheap as merging the months' index walks, and for a person with a million
+# deliveries it reads and sorts them all. Held only around that statement (in_index_order).
+INDEX_ORDER_PLANNER_SETTINGS = (("enable_bitmapscan", "off"), ("enable_sort", "off"))
+
+_INDEX_ORDER_ON = text(
+    "SELECT "
+    + ", ".join(
+        f"current_setting('{name}'), set_config('{name}', '{value}', true)"
+        for name, value in INDEX_ORDER_PLANNER_SETTINGS
+    )
+)
+_INDEX_ORDER_OFF = text(
+    "SELECT "
+    + ", ".join(f"set_config('{name}', :{name}, true)" for name, _ in INDEX_ORDER_PLANNER_SETTINGS)
+)
+
+
+@asynccontextmanager
+async def in_index_order(conn: AsyncConnection) -> AsyncIterator[None]:
+    """INDEX_ORDER_PLANNER_SETTINGS for the statements inside the block (one round trip each
+    way), the transaction's own values put back after it, so the statements after the block
+    plan as they would have. Not on an error: the transaction is then rolled back, and SET
+    LOCAL with it (a statement in a failed transaction would only hide the error)."""
+    row = (await conn.execute(_INDEX_ORDER_ON)).one()
+    before = {name: row[2 * i] for i, (name, _) in enumerate(INDEX_ORDER_PLANNER_SETTINGS)}
+    yield
+    await conn.execute(_INDEX_ORDER_OFF, before)
 
 
 def enter_columns(

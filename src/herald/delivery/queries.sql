@@ -282,9 +282,9 @@ RETURNING d.channel;
 -- original keeps its failed_at, last_error and provider_message_id (R-DLQ-13). The new row is
 -- itself the channel work (R-PLAT-6).
 INSERT INTO notification_delivery
-       (tenant_id, event_id, recipient_id, channel, provider_target_id, replay_of_delivery_id, status,
-        queued_at, next_attempt_at, occurred_at)
-SELECT o.tenant_id, o.event_id, o.recipient_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now(),
+       (tenant_id, event_id, recipient_id, user_id, channel, provider_target_id, replay_of_delivery_id,
+        status, queued_at, next_attempt_at, occurred_at)
+SELECT o.tenant_id, o.event_id, o.recipient_id, o.user_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now(),
        o.occurred_at
   FROM notification_delivery o
  WHERE o.tenant_id = :tenant_id AND o.public_id = :delivery_public_id AND o.channel <> 'in_app'

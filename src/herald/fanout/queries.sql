@@ -55,12 +55,15 @@ RETURNING id, user_id, public_id;
 -- name: insert_deliveries
 -- Every delivery is born in its final fan-out state in this one INSERT: queued with queued_at
 -- (R-FANOUT-1), in_app delivered with its rendered title and body (R-FANOUT-12), or skipped_*
--- with skipped_at (R-SCHEMA-49).
+-- with skipped_at (R-SCHEMA-49). Each carries its recipient's person (the admin history's key).
 INSERT INTO notification_delivery
-       (tenant_id, event_id, recipient_id, channel, provider_target_id, status, queued_at,
+       (tenant_id, event_id, recipient_id, user_id, channel, provider_target_id, status, queued_at,
         next_attempt_at, delivered_at, skipped_at, rendered_title, rendered_body, template_version,
         rendered_hash, occurred_at)
-SELECT :tenant_id, :event_id, d.recipient_id, d.channel, d.target_id, d.status, now(), now(),
+SELECT :tenant_id, :event_id, d.recipient_id,
+       (SELECT r.user_id FROM notification_recipient r
+         WHERE r.id = d.recipient_id AND r.occurred_at = :occurred_at),
+       d.channel, d.target_id, d.status, now(), now(),
        CASE WHEN d.status = 'delivered' THEN now() END,
        CASE WHEN d.skipped THEN now() END,
        d.title, d.body, d.template_version, d.rendered_hash, :occurred_at

@@ -46,7 +46,8 @@ async def lock_person_for_erasure(
 
 async def scrub_deliveries_of_person(conn: AsyncConnection, person_id: int) -> int:
     """Null the masked address and the stored rendering on every delivery beneath the person's
-    recipient rows (R-ERASE-2); returns how many deliveries that covered."""
+    recipient rows (R-ERASE-2), and the person's id copied there (as the recipient's is, below);
+    returns how many deliveries that covered."""
     d, r = s.notification_delivery, s.notification_recipient
     result = await conn.execute(
         update(d)
@@ -54,7 +55,13 @@ async def scrub_deliveries_of_person(conn: AsyncConnection, person_id: int) -> i
             d.c.recipient_id == r.c.id,
             r.c.user_id == person_id,
         )
-        .values(destination_hint=None, rendered_title=None, rendered_body=None, rendered_hash=None)
+        .values(
+            user_id=None,
+            destination_hint=None,
+            rendered_title=None,
+            rendered_body=None,
+            rendered_hash=None,
+        )
     )
     return int(result.rowcount)
 

@@ -133,6 +133,7 @@ def statement(
                 "tenant_id",
                 "event_id",
                 "recipient_id",
+                "user_id",
                 "channel",
                 "provider_target_id",
                 "status",
@@ -150,6 +151,7 @@ def statement(
                 literal(tenant_id, Text),
                 literal(event_id, BigInteger),
                 rows.c.recipient_id,
+                rows.c.user_id,
                 rows.c.channel,
                 rows.c.target_id,
                 rows.c.status,
@@ -269,7 +271,7 @@ def _channel_rows(
     category: str,
     channel: str,
 ) -> Select[Any]:
-    """(recipient_id, channel, target_id, status, title, body, template_version, rendered_hash)
+    """(recipient_id, user_id, channel, target_id, status, title, body, template_version, rendered_hash)
     for one requested channel. The decisions come in this order: the kind, the person's status,
     the preferences, then the channel's own outcome."""
     ch = literal(channel, Text)
@@ -281,6 +283,7 @@ def _channel_rows(
         # R-STATE-3: the kind cannot be sent on this channel.
         return select(
             ins_r.c.id.label("recipient_id"),
+            ins_r.c.user_id.label("user_id"),
             ch.label("channel"),
             no_target.label("target_id"),
             literal("skipped_no_template", Text).label("status"),
@@ -353,6 +356,7 @@ def _channel_rows(
     )
     return select(
         ins_r.c.id.label("recipient_id"),
+        ins_r.c.user_id.label("user_id"),
         ch.label("channel"),
         cast(target, BigInteger).label("target_id"),
         cast(status, Text).label("status"),
