@@ -562,15 +562,15 @@ SELECT c.relname, x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.inde
 
 
 def test_person_history_migration_on_a_populated_database(empty_database: str) -> None:
-    """0024 on a database holding deliveries in the legacy partition and this month's: each
+    """0025 on a database holding deliveries in the legacy partition and this month's: each
     delivery gets its recipient's person (a recipient orphaned by erasure leaves it NULL), and
     notification_delivery_person_idx is valid on the parent and built on every partition under
-    the parent's name; down drops both and gives back 0023's catalog."""
+    the parent's name; down drops both and gives back 0024's catalog."""
     url = libpq_url(empty_database)
     migrate.upgrade(empty_database, "0020")
     with psycopg.connect(url) as conn:
         conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
-    migrate.upgrade(empty_database, "0023")
+    migrate.upgrade(empty_database, "0024")
     with psycopg.connect(url) as conn:
         conn.execute(POPULATE_0022, {"person": "ben"})
         conn.execute(POPULATE_0022, {"person": "erased"})
@@ -587,7 +587,7 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
         }
     before = catalog(empty_database)
 
-    migrate.upgrade(empty_database, "0024")
+    migrate.upgrade(empty_database, "0025")
     with psycopg.connect(url) as conn:
         copied = conn.execute(
             "SELECT d.user_id IS NOT DISTINCT FROM r.user_id, r.user_id IS NULL, count(*) "
@@ -604,7 +604,7 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
                 for part in parts
             ]
         )
-    migrate.downgrade(empty_database, "0023")
+    migrate.downgrade(empty_database, "0024")
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         assert conn.execute(PERSON_INDEXES).fetchall() == []

@@ -1,8 +1,8 @@
 """One person's deliveries in the admin list's order: notification_delivery.user_id and
 notification_delivery_person_idx (user_id, queued_at DESC, id DESC) (issue 44).
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0025
+Revises: 0024
 Create Date: 2026-12-07 03:40:00.000000
 
 `GET /v1/admin/people/{externalId}/deliveries` pages a person's deliveries newest first by
@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from alembic import op
 from sqlalchemy import Connection
 
-revision: str = "0024"
-down_revision: str | None = "0023"
+revision: str = "0025"
+down_revision: str | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
