@@ -11,7 +11,7 @@ generate_series, then VACUUM ANALYZE. Then, each through the statement the servi
 past psycopg's prepare threshold, median and p95 of RUNS executions of the first page (21 rows)
 and of a keyset page DEEP rows in, each beside baselines measured in the same run:
 
-- deliveries: the recipient-keyed query the page ran before migration 0024 (the person reached
+- deliveries: the recipient-keyed query the page ran before migration 0025 (the person reached
   through notification_recipient.user_id, every delivery of theirs sorted), and a bare LIMIT on
   notification_delivery_person_idx (the floor: no join, no column but the id);
 - unread inbox: the same rows through a sort of all the person's unread rows (what 0019 took
@@ -116,7 +116,7 @@ def load(url: str, rows: int, unread: float, others: int) -> int:
 
 
 def old_delivery_page(person_id: int, after: tuple[datetime, int] | None) -> Select[Any]:
-    """The page as it was read before 0024: the person matched on the recipient row."""
+    """The page as it was read before 0025: the person matched on the recipient row."""
     d, r, e = s.notification_delivery, s.notification_recipient, s.notification_event
     where = [d.c.tenant_id == TENANT, r.c.user_id == person_id]
     if after is not None:
@@ -292,9 +292,9 @@ async def delivery_figures(
         )
         async with tenancy.in_index_order(conn):
             plan = await plan_line(conn, statement, {})
-        figure("person_deliveries (person_idx, 0024)", await timed(page, runs), plan)
+        figure("person_deliveries (person_idx, 0025)", await timed(page, runs), plan)
         figure(
-            "baseline: recipient-keyed query (before 0024)",
+            "baseline: recipient-keyed query (before 0025)",
             await timed(old, baseline_runs),
             await plan_line(conn, old_delivery_page(person, cursor), {}),
         )

@@ -10,7 +10,7 @@ the months merged (never appended and sorted), and no Sort of deliveries anywher
 The person has ROWS notifications (an in-app and an email delivery each, nine in ten read) in two
 partitions (this month and the default one), among OTHERS people with EACH, analysed; one test
 shows the same data makes the planner sort when the person is reached through the recipient rows
-(the query before 0024), so these assertions are not vacuous. The inbox's `unreadOnly=true` list
+(the query before 0025), so these assertions are not vacuous. The inbox's `unreadOnly=true` list
 is checked on the same mostly-read history: it walks notification_recipient_unread_idx, not the
 whole-history centre index filtered row by row (test_plans_inbox.py's person is mostly unread).
 """
@@ -190,7 +190,7 @@ def test_the_page_is_the_recipient_keyed_page(
     history: tuple[psycopg.Connection[Any], int], tenant: str
 ) -> None:
     """The delivery's copy of the person selects exactly the rows the recipient's did, in the
-    same order: the first and a deep page equal those of the query before 0024, and that query
+    same order: the first and a deep page equal those of the query before 0025, and that query
     sorts the person's deliveries under the same data (so the plan assertions above can fail)."""
     conn, person_id = history
     for after in (None, cursor_into(conn, person_id, ROWS)):
@@ -208,7 +208,7 @@ def test_the_page_is_the_recipient_keyed_page(
 def _recipient_keyed(
     tenant: str, person_id: int, after: tuple[datetime, int] | None
 ) -> Select[Any]:
-    """The page as it was read before 0024: the person matched on the recipient row."""
+    """The page as it was read before 0025: the person matched on the recipient row."""
     d, r, e = s.notification_delivery, s.notification_recipient, s.notification_event
     where = [d.c.tenant_id == tenant, r.c.user_id == person_id]
     if after is not None:

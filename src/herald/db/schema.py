@@ -388,7 +388,7 @@ notification_delivery = Table(
     # recipient partition, ON DELETE CASCADE), created with the months (herald.db.partitions).
     Column("recipient_id", BigInteger, nullable=False),
     # The recipient's person (its user_id), copied at fan-out so one person's history is one
-    # range of notification_delivery_person_idx (0024). No foreign key: it would probe person on
+    # range of notification_delivery_person_idx (0025). No foreign key: it would probe person on
     # every delivery written; erasure nulls it with the recipient's (directory.queries.erasure).
     Column("user_id", BigInteger),
     # The recipient's occurred_at (so the event's): the partition key.
