@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from herald.db.engine import libpq_url
-from herald.demo.school import SCHOOL
+from herald.demo.school import SCHOOL, STUDENTS
 from tests.conftest import create_database, drop_database
 from tests.e2e.harness import (
     WAIT_MS,
@@ -332,3 +332,34 @@ def test_readable_at_phone_and_desktop_widths(
         assert page.evaluate("() => document.activeElement.textContent") == "Skip to content"
         page.keyboard.press("Tab")
         assert page.evaluate("() => document.activeElement.textContent") == "History"
+
+
+def test_the_draft_audience_picker_counts_whom_it_reaches(dev: ConsoleDev, tab: Tab) -> None:
+    """Pick "the students of the groups", then Class 7A: the count under the picker becomes the
+    class's size without a submit; a bad JSON audience shows the draft's refusal code; saving
+    stores what was picked, and the saved draft's audience preview agrees with the count."""
+    page = tab.page
+    size = len(STUDENTS["class-7a"])
+    reach = page.locator("#audience-reach")
+    with evidence(tab, "console-audience", expected=("status of 400",)):
+        _sign_in(page, dev.operator_link)
+        page.goto(f"{dev.base_url}/console/broadcasts/new")
+        page.wait_for_selector("#audience-reach[data-state='ok']")  # the default: guardians
+        page.select_option("#b-audience-kind", "json")
+        page.fill("#b-audience", "{not json")
+        page.wait_for_selector("#audience-reach[data-state='error']")
+        assert reach.inner_text().startswith("NOTIFICATION_BROADCAST_INVALID: audience: ")
+        page.select_option("#b-audience-kind", "group")
+        assert page.locator("#b-audience-roles").is_hidden()
+        page.select_option("#b-audience-groups", ["class-7a"])
+        page.wait_for_selector(f"#audience-reach[data-state='ok'][data-count='{size}']")
+        assert reach.inner_text() == f"This reaches {size} people."
+        page.fill("#b-title", f"Picked {uuid.uuid4().hex[:6]}")
+        page.get_by_role("button", name="Save draft").click()
+        page.wait_for_url("**/console/broadcasts/*-*")
+    broadcast_id = page.url.rsplit("/", 1)[1]
+    saved = dev.api("GET", f"/v1/admin/broadcasts/{broadcast_id}")
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["audience"] == {"kind": "group", "groupIds": ["class-7a"]}
+    preview = dev.api("GET", f"/v1/admin/broadcasts/{broadcast_id}/audience-preview")
+    assert preview.json()["count"] == size
