@@ -71,6 +71,13 @@ class Bouncer:
             return list(cursor.fetchall())
 
 
+def with_password(url: str, password: str) -> str:
+    """`url` with this password (PgBouncer's trust authentication lets any through)."""
+    parsed = parse_database_url(url)
+    user = parsed.userinfo.partition(":")[0] or "postgres"
+    return replace(parsed, userinfo=f"{user}:{password}").render("postgresql")
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -114,8 +121,11 @@ def run_pgbouncer(
     (folder / "users.txt").write_text(f'"{user}" ""\n')
     command = [PGBOUNCER, str(ini)]
     if os.getuid() == 0:
-        # PgBouncer refuses to run as root: as `postgres` (or nobody), which must read the folder.
+        # PgBouncer refuses to run as root: as the owner of the server's socket directory (the
+        # embedded server's is private to it), else `postgres` (or nobody); it reads the folder.
         runas = "postgres" if _user_exists("postgres") else "nobody"
+        if host.startswith("/"):
+            runas = pwd.getpwuid(Path(host).stat().st_uid).pw_name
         command = [PGBOUNCER, "-u", runas, str(ini)]
         shutil.chown(folder, runas)
         for path in folder.iterdir():

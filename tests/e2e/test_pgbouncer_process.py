@@ -21,7 +21,7 @@ from herald.config import Settings
 from herald.db.engine import libpq_url
 from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli, wait_for_inbox
 from tests.e2e.test_worker_process import _seed_class
-from tests.pgbouncer import Bouncer, require_pgbouncer, run_pgbouncer
+from tests.pgbouncer import Bouncer, require_pgbouncer, run_pgbouncer, with_password
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def bouncer(server_url: str) -> Iterator[Bouncer]:
 def test_behind_the_pooler_without_a_session_url_the_worker_and_api_refuse_in_one_line(
     e2e_env: dict[str, str], bouncer: Bouncer, database_url: str
 ) -> None:
-    pooled = bouncer.url_for(database_url).replace("://postgres@", "://postgres:pw-9x@")
+    pooled = with_password(bouncer.url_for(database_url), "pw-9x")
     env = {**e2e_env, "HERALD_DATABASE_URL": pooled}
     for command, needs in (("worker", "presence locks"), ("api", "realtime hub's LISTEN")):
         refused = run_cli([command], env)

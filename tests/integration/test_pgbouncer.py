@@ -33,6 +33,7 @@ from herald.kinds import Registry
 from herald.runtime.database import plan_connections
 from tests.integration.test_centre import Seed
 from tests.pgbouncer import Bouncer, require_pgbouncer, run_pgbouncer
+from tests.pgbouncer import with_password as pgbouncer_with_password
 
 ROUNDS = 12  # more than psycopg's prepare_threshold (5) runs of every statement
 
@@ -76,8 +77,7 @@ async def test_behind_a_transaction_pooler_what_needs_a_session_refuses_to_start
     settings: Settings, bouncer: Bouncer, database_url: str
 ) -> None:
     secret = "s3cret-pw"
-    with_password = bouncer.url_for(database_url).replace("://postgres@", f"://postgres:{secret}@")
-    assert secret in with_password  # PgBouncer's trust auth lets it through
+    with_password = pgbouncer_with_password(bouncer.url_for(database_url), secret)
     pooled = settings.model_copy(update={"database_url": with_password, "redis_url": None})
     with pytest.raises(DatabaseSessionRequired) as worker:
         await plan_connections(pooled, "worker")
