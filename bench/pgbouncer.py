@@ -94,6 +94,11 @@ def send_turns(
     engines = {
         "direct": create_engine(sqlalchemy_url(direct_url), pool_size=1),
         # A host's own engine through PgBouncer 1.18: psycopg must not prepare there.
+        # Direct, but preparing nothing: splits what PgBouncer costs (its hop) from what not
+        # preparing costs (the statement parsed and planned on every call).
+        "direct, unprepared": create_engine(
+            sqlalchemy_url(direct_url), pool_size=1, connect_args={"prepare_threshold": None}
+        ),
         "pooled": create_engine(
             sqlalchemy_url(pooled_url), pool_size=1, connect_args={"prepare_threshold": None}
         ),
@@ -107,7 +112,7 @@ def send_turns(
                 with engine.begin() as tx:
                     tx.exec_driver_sql("SELECT 1")  # the host's own work: BEGIN is behind us
                     started = time.perf_counter()
-                    send_bench.herald_send(tx, 2 * i + (side == "pooled"))
+                    send_bench.herald_send(tx, 3 * i + list(engines).index(side))
                     ended = time.perf_counter()
                 if i >= args.warmup:
                     alone[side].append((ended - started) * 1000)
@@ -197,6 +202,12 @@ def main() -> None:
                     whole["pooled"],
                 )
             )
+        )
+        split = _pct(alone["direct, unprepared"], 0.5)
+        print(
+            f"send() alone, direct but unprepared: p50 {split:6.3f} ms "
+            f"({split / _pct(alone['direct'], 0.5):.2f}x direct: the cost of preparing nothing; "
+            f"the rest of the pooled figure is PgBouncer's hop)"
         )
         print(f"(machine load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores)")
     finally:
