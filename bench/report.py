@@ -93,6 +93,8 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("webhooks", ["--deliveries", "2000", "--messages", "500"]),
     # Its figures were designed at --rows 1000000 (about four minutes to load on 2 cores).
     ("person_reads", ["--rows", "50000", "--deep", "5000", "--runs", "20", "--baseline-runs", "3"]),
+    # Through PgBouncer in transaction mode against direct; needs Debian's pgbouncer.
+    ("pgbouncer", ["--requests", "300", "--warmup", "200", "--rounds", "3", "--sends", "1000"]),
 ]
 
 

@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     """PostgreSQL >= 14, libpq or SQLAlchemy form. Unset: Herald starts its embedded PostgreSQL
     under HERALD_DATA_DIR and uses database `herald` there.
     """
+    database_session_url: str | None = None
+    """Optional: a direct PostgreSQL URL (not through a transaction pooler) for what needs a
+    session of its own: LISTEN (realtime, the worker's wake-up) and the worker's presence locks.
+    Set it when HERALD_DATABASE_URL points at PgBouncer in transaction mode; same database.
+    """
     data_dir: Path = Path(".herald")
     """Where the embedded PostgreSQL and `herald dev`'s state (dev.json) live."""
     db_pool_size: int = Field(default=10, ge=1, le=200)

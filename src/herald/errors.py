@@ -198,6 +198,21 @@ class ConfigurationError(HeraldError):
     code = "CONFIGURATION_INVALID"
 
 
+class DatabaseSessionRequired(ConfigurationError):
+    """HERALD_DATABASE_URL reaches a pooler that shares server connections between clients
+    (PgBouncer in transaction mode), and this process needs a session of its own: set
+    HERALD_DATABASE_SESSION_URL to a direct PostgreSQL URL."""
+
+    code = "DATABASE_SESSION_REQUIRED"
+
+
+class DatabaseSessionUrlInvalid(ConfigurationError):
+    """HERALD_DATABASE_SESSION_URL must reach the same PostgreSQL database as HERALD_DATABASE_URL
+    directly (or through a pooler in session mode), never through a transaction pooler."""
+
+    code = "DATABASE_SESSION_URL_INVALID"
+
+
 class RegistryError(ConfigurationError):
     """The kind registry is not valid; the process refuses to start."""
 

@@ -35,14 +35,16 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     from herald.db.engine import API_PING_AFTER_IDLE_SECONDS, make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
-    from herald.runtime.database import resolve_database_url
+    from herald.runtime.database import plan_connections
 
     registry = get_registry()
+    connections = await plan_connections(settings, "api")
     engine = make_async_engine(
-        resolve_database_url(settings),
+        connections.url,
         pool_size=settings.db_pool_size,
         ping_after_idle=API_PING_AFTER_IDLE_SECONDS,
         application_name="herald-api",
+        prepare=not connections.pooled,
     )
     stop = asyncio.Event()
     try:
@@ -90,14 +92,16 @@ async def _work(
     from herald.db.engine import make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
-    from herald.runtime.database import resolve_database_url
+    from herald.runtime.database import plan_connections
     from herald.runtime.worker import run_worker
 
     registry = get_registry()
+    connections = await plan_connections(settings, "worker")
     engine = make_async_engine(
-        resolve_database_url(settings),
+        connections.url,
         pool_size=settings.db_pool_size,
         application_name="herald-worker",
+        prepare=not connections.pooled,
     )
     stop = asyncio.Event()
     # Everything alive now lives as long as the process: out of the collector's walks.
@@ -133,13 +137,17 @@ async def _schedule(settings: Settings) -> None:
     from herald.db.engine import make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
-    from herald.runtime.database import resolve_database_url
+    from herald.runtime.database import plan_connections
     from herald.runtime.scheduler import run_scheduler
 
     registry = get_registry()
+    connections = await plan_connections(settings, "scheduler")
     # One tick's transactions run one after another: a small pool is plenty.
     engine = make_async_engine(
-        resolve_database_url(settings), pool_size=2, application_name="herald-scheduler"
+        connections.url,
+        pool_size=2,
+        application_name="herald-scheduler",
+        prepare=not connections.pooled,
     )
     stop = asyncio.Event()
     try:

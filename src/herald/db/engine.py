@@ -158,6 +158,7 @@ def make_async_engine(
     pool_size: int = 10,
     ping_after_idle: float | None = None,
     application_name: str | None = None,
+    prepare: bool = True,
 ) -> AsyncEngine:
     """A pooled engine of at most 2 × pool_size connections (HERALD_DB_POOL_SIZE), kept open.
 
@@ -171,10 +172,17 @@ def make_async_engine(
     `application_name` names the process's connections in `pg_stat_activity` and the server's
     log lines (`herald-api`, `herald-worker`, …), so an operator can tell whose backend holds a
     lock or burns a core; an `application_name` in the URL, or PGAPPNAME, wins over it.
+
+    `prepare=False`: psycopg never prepares a statement (it does after five runs otherwise), for
+    a URL through a transaction pooler, where the next transaction may run on a server
+    connection that lacks the statement or holds another client's (herald.db.pooler).
     """
+    connect_args = named(url, application_name)
+    if not prepare:
+        connect_args["prepare_threshold"] = None
     engine = create_async_engine(
         sqlalchemy_url(url),
-        connect_args=named(url, application_name),
+        connect_args=connect_args,
         # The bound is 2 × pool_size, as pool_size + as many overflow connections would be, but a
         # connection once opened is kept: overflow ones were closed on return, so a process
         # busier than pool_size opened (and PostgreSQL forked) a connection for some requests.

@@ -305,12 +305,13 @@ class RealtimeHub:
 
 
 def build_hub(settings: Settings, engine: AsyncEngine) -> RealtimeHub:
-    """Redis when HERALD_REDIS_URL is set, else LISTEN on the API's own database."""
-    from herald.db.engine import libpq_url
+    """Redis when HERALD_REDIS_URL is set, else LISTEN on the API's own database (through
+    HERALD_DATABASE_SESSION_URL when set: LISTEN needs a session, herald.db.pooler)."""
+    from herald.db import pooler
 
     source: NoticeSource
     if settings.redis_url:
         source = RedisSource(settings.redis_url)
     else:
-        source = PostgresSource(libpq_url(engine.url.render_as_string(hide_password=False)))
+        source = PostgresSource(pooler.session_url(settings.database_session_url, engine))
     return RealtimeHub(source, liveness=DatabaseLiveness(engine))

@@ -26,7 +26,8 @@ from herald.channels.providers import (
     configured_channels,
 )
 from herald.config import Settings
-from herald.db.engine import libpq_url, named
+from herald.db import pooler
+from herald.db.engine import named
 from herald.db.presence import Presence
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.delivery.worker import CONCURRENCY, Pace, deliver_batch, loops_of
@@ -78,7 +79,8 @@ async def run_worker(
         FANOUT_CHANNEL: lambda _payload: fanout_wake.set(),
         DELIVERY_CHANNEL: sender_wakes.notified,
     }
-    url = libpq_url(engine.url.render_as_string(hide_password=False))
+    # LISTEN and the presence lock need a session: HERALD_DATABASE_SESSION_URL when set.
+    url = pooler.session_url(settings.database_session_url, engine)
     # This process's presence lock: fan-out claims name it, so they are freed at once if we die.
     here = Presence(url)
 
