@@ -1,7 +1,10 @@
 """Several nodes of every Herald process on one machine, under load, with one of each killed.
 
 Two `herald api` behind a round-robin proxy (tests/e2e/rrproxy.py, its own process), two
-`herald worker`, two `herald scheduler`, on a database of their own. For LOAD_SECONDS the test
+`herald worker`, two `herald scheduler`, on a database of their own, every one of them through a
+real PgBouncer in transaction mode (tests/pgbouncer.py) with HERALD_DATABASE_SESSION_URL direct
+for what needs a session (LISTEN for the realtime hub and the worker's wake-up, the presence
+locks). Without Debian's pgbouncer the test skips, saying so; CI's second run requires it. For LOAD_SECONDS the test
 sends events (in-app and email, each retried with the same body after a 503 or a cut connection,
 as a client should), reads inboxes, marks items read and keeps Server-Sent-Event streams open;
 mid-run it SIGKILLs one API process, one worker and the scheduler that holds the reminder lease,
@@ -58,6 +61,7 @@ from tests.e2e.harness import (
     last_line,
     run_cli,
 )
+from tests.pgbouncer import require_pgbouncer, run_pgbouncer
 from tests.providers.servers import SmtpRecordingHandler, smtp_server
 
 pytestmark = [
@@ -295,22 +299,26 @@ def _leader_pid(url: str) -> int:
 async def test_several_nodes_under_load_lose_nothing_when_one_of_each_is_killed(
     database_url: str, settings: Settings, tmp_path: Path
 ) -> None:
+    require_pgbouncer()
     name = f"herald_cluster_{uuid.uuid4().hex[:8]}"
     _sql(database_url, f'CREATE DATABASE "{name}"')
     url = with_database(database_url, name)
     try:
         await asyncio.to_thread(migrate.upgrade, url)
-        await _run_cluster(url, settings, tmp_path)
+        with run_pgbouncer(url, pool_mode="transaction", pool_size=8) as bouncer:
+            await _run_cluster(url, bouncer.url_for(url), settings, tmp_path)
     finally:
         _sql(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def _run_cluster(url: str, settings: Settings, tmp_path: Path) -> None:
+async def _run_cluster(url: str, pooled_url: str, settings: Settings, tmp_path: Path) -> None:
+    """`url` reaches PostgreSQL itself, `pooled_url` the same database through PgBouncer."""
     tenant = f"t-{uuid.uuid4().hex[:12]}"
     handler = SmtpRecordingHandler(data_delay_seconds=0.01)
     with smtp_server(handler=handler) as smtp:
         env = herald_env(
-            HERALD_DATABASE_URL=url,
+            HERALD_DATABASE_URL=pooled_url,
+            HERALD_DATABASE_SESSION_URL=url,
             HERALD_JWT_SECRET=JWT_SECRET,
             HERALD_DATA_DIR=str(tmp_path / "herald-data"),
             HERALD_POLL_INTERVAL_SECONDS="0.2",
