@@ -34,8 +34,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import psycopg
-import redis.asyncio as redis
-import redis.exceptions
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald import outages
@@ -124,8 +126,8 @@ class Fences:
 
     def __init__(self, redis_url: str | None, ttl_seconds: float) -> None:
         self.ttl = ttl_seconds
-        self._redis: redis.Redis | None = (
-            redis.from_url(
+        self._redis: aioredis.Redis | None = (
+            aioredis.from_url(
                 redis_url,
                 socket_timeout=REDIS_TIMEOUT_SECONDS,
                 socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
@@ -148,10 +150,10 @@ class Fences:
         if self._redis is None:
             return
         try:
-            await self._redis.eval(  # type: ignore[misc]
+            await self._redis.eval(
                 _RAISE_FENCE, 1, self._key(tenant_id, person), str(lsn), str(int(self.ttl * 1000))
             )
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError) as exc:
             # Kept in memory above: this process still reads the person from the primary.
             outages.state(outages.REDIS).failed(exc)
 
@@ -236,7 +238,7 @@ class ReadRouting:
             return self.primary
         try:
             fence = await self.fences.get(tenant_id, person)
-        except redis.exceptions.RedisError as exc:
+        except RedisError as exc:
             outages.state(outages.REDIS).failed(exc)
             return self.primary  # who knows whether the person just wrote
         if now - self._read_at > STATUS_TTL_SECONDS:
