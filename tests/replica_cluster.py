@@ -151,7 +151,7 @@ class ReplicaCluster:
 
     def wait_caught_up(self) -> None:
         """Until the standby has replayed everything the primary has written so far."""
-        target = query(self.primary_url(), "SELECT pg_current_wal_lsn()")[0][0]
+        target = query(self.primary_url(), "SELECT pg_current_wal_insert_lsn()")[0][0]
         deadline = time.monotonic() + WAIT_TIMEOUT
         while time.monotonic() < deadline:
             with suppress(psycopg.OperationalError):

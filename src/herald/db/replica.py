@@ -4,7 +4,9 @@
 for this person, else on the primary's:
 
 - **The person's own writes** (mark read, read all, preferences) leave a *fence*: the primary's
-  `pg_current_wal_lsn()` read just after the write committed (`fence`). A read goes to the
+  `pg_current_wal_insert_lsn()` read just after the write committed (`fence`) — the insert
+  position, not `pg_current_wal_lsn()` (the write position), which under
+  `synchronous_commit = off` can still be short of the write's commit record. A read goes to the
   standby only once its `pg_last_wal_replay_lsn()` has reached the person's fence, so the
   person who just marked a notification read never sees it unread again. Fences live in Redis
   (HERALD_REDIS_URL: every API process sees them), else in this process's memory — then several
@@ -60,7 +62,7 @@ MAX_SAMPLES = 1000
 REDIS_TIMEOUT_SECONDS = 0.5
 
 _IDENTITY = "SELECT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system())::text"
-_PRIMARY_LSN = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"
+_PRIMARY_LSN = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
 _STANDBY_STATUS = "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() - '0/0'::pg_lsn"
 # Raise the stored fence, never lower it (two writes of one person may finish out of order).
 _RAISE_FENCE = """
@@ -269,7 +271,7 @@ class ReadRouting:
         except HeraldError:
             raise
         except Exception as exc:
-            if outages.unavailable(exc) == outages.DATABASE:
+            if _unreachable(exc):
                 self._went_down(exc)
             elif not _is_database_error(exc):
                 raise
@@ -290,7 +292,7 @@ class ReadRouting:
                 self._standby_status(), self._primary_lsn()
             )
         except Exception as exc:
-            if outages.unavailable(exc) != outages.DATABASE and not _is_database_error(exc):
+            if not _unreachable(exc) and not _is_database_error(exc):
                 raise
             self._went_down(exc)
             return
@@ -383,3 +385,16 @@ def _is_database_error(exc: BaseException) -> bool:
     from sqlalchemy.exc import DBAPIError
 
     return isinstance(exc, (psycopg.Error, DBAPIError))
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The standby cannot be reached (or its connection broke) — not a statement it refused,
+    such as a write on a server in recovery (25006), which outages counts as an outage."""
+    if outages.unavailable(exc) != outages.DATABASE:
+        return False
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg.Error) and seen.sqlstate == "25006":
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return True
