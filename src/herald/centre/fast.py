@@ -194,7 +194,9 @@ async def _one_statement(
         return await functions.call(engine, function, claims, values)
 
     async def on(chosen: AsyncEngine) -> list[tuple[Any, ...]]:
-        return await functions.call(chosen, function, claims, values, create=chosen is engine)
+        if chosen is engine:
+            return await functions.call(engine, function, claims, values)
+        return await functions.call(chosen, function, claims, values, create=False)
 
     return await app_state.reads.run(claims.tenant_id, claims.subject, on)
 
