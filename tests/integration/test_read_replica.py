@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -38,7 +39,7 @@ from herald.errors import DatabaseReadUrlInvalid
 from herald.kinds import Registry
 from herald.runtime.database import Connections, plan_reads
 from tests.conftest import JWT_SECRET
-from tests.e2e.harness import free_port
+from tests.e2e.harness import HERALD, free_port
 from tests.integration.test_centre import Seed
 from tests.replica_cluster import ReplicaCluster, query, require_replica
 
@@ -325,6 +326,32 @@ async def test_a_read_url_that_is_no_standby_of_the_primary_refuses_start_up(
     with pytest.raises(DatabaseReadUrlInvalid) as elsewhere:
         await plan_reads(_settings(cluster, database_read_url=server_url), connections, primary)
     assert "another PostgreSQL cluster" in elsewhere.value.message
+
+
+def test_herald_api_refuses_a_primary_as_its_read_url_in_one_line(
+    cluster: ReplicaCluster,
+) -> None:
+    """The real command: it exits before listening, saying which setting and why."""
+    env = {
+        **os.environ,
+        "HERALD_DATABASE_URL": cluster.primary_url("herald"),
+        "HERALD_DATABASE_READ_URL": cluster.primary_url("herald").replace(
+            "postgres@", "postgres:s3cret-pw@"
+        ),
+        "HERALD_JWT_SECRET": JWT_SECRET,
+    }
+    env.pop("HERALD_REDIS_URL", None)
+    done = subprocess.run(
+        [HERALD, "api", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "DATABASE_READ_URL_INVALID: HERALD_DATABASE_READ_URL (" in done.stderr + done.stdout
+    assert "s3cret-pw" not in done.stderr + done.stdout
 
 
 async def test_an_unreachable_read_url_starts_on_the_primary(
