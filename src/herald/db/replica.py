@@ -53,6 +53,8 @@ T = TypeVar("T")
 
 # How long one reading of the standby's replay position (and the primary's) serves reads.
 STATUS_TTL_SECONDS = 0.05
+# The longest a read waits for a reading of the positions before it goes to the primary.
+STATUS_WAIT_SECONDS = 0.5
 # How long a standby that could not be reached is left alone before it is tried again.
 DOWN_RETRY_SECONDS = 1.0
 # A fence outlives the lag limit by this much (module docstring).
@@ -60,6 +62,7 @@ FENCE_MARGIN_SECONDS = 5.0
 # Primary positions kept while the standby is behind (the oldest is what the lag is measured by).
 MAX_SAMPLES = 1000
 REDIS_TIMEOUT_SECONDS = 0.5
+REDIS_RETRY_SECONDS = 1.0
 
 _IDENTITY = "SELECT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system())::text"
 _PRIMARY_LSN = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
@@ -138,6 +141,9 @@ class Fences:
             else None
         )
         self._memory: dict[tuple[str, str], tuple[int, float]] = {}
+        # After a Redis failure it is left alone this long: reads go to the primary meanwhile,
+        # fences are kept in memory, and no read waits out a Redis timeout.
+        self._redis_skipped_until = 0.0
 
     @property
     def shared(self) -> bool:
@@ -149,7 +155,7 @@ class Fences:
 
     async def raise_to(self, tenant_id: str, person: str, lsn: int) -> None:
         self._remember(tenant_id, person, lsn)
-        if self._redis is None:
+        if self._redis is None or time.monotonic() < self._redis_skipped_until:
             return
         try:
             await self._redis.eval(
@@ -157,6 +163,7 @@ class Fences:
             )
         except (RedisConnectionError, RedisTimeoutError) as exc:
             # Kept in memory above: this process still reads the person from the primary.
+            self._redis_skipped_until = time.monotonic() + REDIS_RETRY_SECONDS
             outages.state(outages.REDIS).failed(exc)
 
     async def get(self, tenant_id: str, person: str) -> int | None:
@@ -166,7 +173,13 @@ class Fences:
         mine = held[0] if held is not None and held[1] > now else None
         if self._redis is None:
             return mine
-        value = await self._redis.get(self._key(tenant_id, person))
+        if now < self._redis_skipped_until:
+            raise RedisError("Redis failed a moment ago")
+        try:
+            value = await self._redis.get(self._key(tenant_id, person))
+        except (RedisConnectionError, RedisTimeoutError):
+            self._redis_skipped_until = time.monotonic() + REDIS_RETRY_SECONDS
+            raise
         shared = int(value) if value is not None else None
         if mine is None or shared is None:
             return mine if shared is None else shared
@@ -236,7 +249,11 @@ class ReadRouting:
         if standby is None:
             return self.primary
         now = time.monotonic()
-        if now < self._down_until:
+        if self.state in ("down", "unverified"):
+            # Tried again off the request's path: a standby that is blackholed costs a
+            # connect timeout to the background task, never to a read.
+            if now >= self._down_until and (self._refreshing is None or self._refreshing.done()):
+                self._refreshing = asyncio.ensure_future(self._read_positions())
             return self.primary
         try:
             fence = await self.fences.get(tenant_id, person)
@@ -244,7 +261,10 @@ class ReadRouting:
             outages.state(outages.REDIS).failed(exc)
             return self.primary  # who knows whether the person just wrote
         if now - self._read_at > STATUS_TTL_SECONDS:
-            await self._refresh()
+            try:
+                await asyncio.wait_for(self._refresh(), STATUS_WAIT_SECONDS)
+            except TimeoutError:
+                return self.primary  # the reading goes on; it marks the standby down if it fails
             if self.state in ("down", "unverified"):
                 return self.primary
         if self._lag > self.max_lag:
