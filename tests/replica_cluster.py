@@ -162,3 +162,16 @@ class ReplicaCluster:
                     return
             time.sleep(0.05)
         raise RuntimeError("the standby did not catch up")
+
+
+@contextmanager
+def herald_cluster() -> Iterator[ReplicaCluster]:
+    """A primary and its standby with Herald's database `herald` migrated and replayed."""
+    from herald.db import migrate
+
+    require_replica()
+    with ReplicaCluster.create() as running:
+        query(running.primary_url(), "CREATE DATABASE herald")
+        migrate.upgrade(running.primary_url("herald"))
+        running.wait_caught_up()
+        yield running

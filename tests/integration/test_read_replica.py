@@ -32,7 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from herald.api.app import create_app
 from herald.auth.service import sign_token
 from herald.config import Settings
-from herald.db import migrate
 from herald.db.engine import make_async_engine
 from herald.db.replica import ReadRouting
 from herald.errors import DatabaseReadUrlInvalid
@@ -41,7 +40,7 @@ from herald.runtime.database import Connections, plan_reads
 from tests.conftest import JWT_SECRET
 from tests.e2e.harness import HERALD, free_port
 from tests.integration.test_centre import Seed
-from tests.replica_cluster import ReplicaCluster, query, require_replica
+from tests.replica_cluster import ReplicaCluster, herald_cluster
 
 LIST = "/v1/me/notifications"
 # A repeated parameter is not the fast path's plain shape: FastAPI's route answers it.
@@ -52,11 +51,7 @@ POLL_TIMEOUT = 30.0  # an upper bound for a state change, never an expectation
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ReplicaCluster]:
-    require_replica()
-    with ReplicaCluster.create() as running:
-        query(running.primary_url(), "CREATE DATABASE herald")
-        migrate.upgrade(running.primary_url("herald"))
-        running.wait_caught_up()
+    with herald_cluster() as running:
         yield running
 
 
