@@ -14,8 +14,9 @@ for this person, else on the primary's:
   HERALD_READ_MAX_LAG_SECONDS + FENCE_MARGIN_SECONDS: after that the standby has either replayed
   it or is lagging, and lagging sends every read to the primary anyway.
 - **Lag**: the standby's replay position is read at most every STATUS_TTL_SECONDS together with
-  the primary's current position; the lag is how long ago the oldest primary position the
-  standby has not yet replayed was first seen (so an idle primary is no lag). Beyond
+  the primary's current position; the lag is how long ago the last reading was whose primary
+  position the standby has replayed (so an idle primary is no lag, and what the standby lacks
+  was written after that). Beyond
   HERALD_READ_MAX_LAG_SECONDS reads go to the primary, one log line each way.
 - **Down**: a standby that cannot be reached (or has been promoted, or is another cluster) is
   not used; the read in hand runs on the primary, the standby is tried again after
@@ -53,6 +54,8 @@ T = TypeVar("T")
 
 # How long one reading of the standby's replay position (and the primary's) serves reads.
 STATUS_TTL_SECONDS = 0.05
+# A reading this long after the previous one is a quiet spell's first (_read_positions).
+QUIET_SECONDS = 4 * STATUS_TTL_SECONDS
 # The longest a read waits for a reading of the positions before it goes to the primary.
 STATUS_WAIT_SECONDS = 0.5
 # How long a standby that could not be reached is left alone before it is tried again.
@@ -221,8 +224,13 @@ class ReadRouting:
         self._verified = verified
         self._replayed = -1  # the standby's replay position at the last reading
         self._read_at = -1e9  # monotonic time of that reading
+        # (time, primary position) of each reading the standby has not replayed yet, oldest first;
+        # the lag is counted from the last reading it had caught up with (never earlier than a
+        # fence it lacks was taken, so a fence that expires finds the standby lagging).
         self._samples: deque[tuple[float, int]] = deque()
+        self._caught_up_at = time.monotonic()
         self._lag = 0.0
+        self._unsure = False
         self._down_until = 0.0
         self._refreshing: asyncio.Task[None] | None = None
         # The standby's state as last logged: "usable", "lagging", "down" (or "unverified":
@@ -268,7 +276,8 @@ class ReadRouting:
             if self.state in ("down", "unverified"):
                 return self.primary
         if self._lag > self.max_lag:
-            self._become("lagging")
+            if not self._unsure:
+                self._become("lagging")
             return self.primary
         self._become("usable")
         if fence is not None and self._replayed < fence:
@@ -322,13 +331,24 @@ class ReadRouting:
             self._went_down(RuntimeError("the standby is no longer in recovery (promoted?)"))
             return
         now = time.monotonic()
+        # After a quiet spell (no reading for a while) the first reading cannot tell a lag from
+        # the spell itself: a lag it finds sends reads to the primary, but only the next reading,
+        # close behind it, may call the standby lagging.
+        quiet = now - self._read_at > QUIET_SECONDS
         self._replayed, self._read_at = replayed, now
-        newer = not self._samples or self._samples[-1][1] < primary_lsn
-        if primary_lsn > replayed and newer and len(self._samples) < MAX_SAMPLES:
-            self._samples.append((now, primary_lsn))
+        # Every primary position up to `replayed` is on the standby; what it lacks was written
+        # after the last reading whose primary position it has replayed (`_caught_up_at`).
         while self._samples and self._samples[0][1] <= replayed:
-            self._samples.popleft()
-        self._lag = now - self._samples[0][0] if self._samples else 0.0
+            self._caught_up_at = self._samples.popleft()[0]
+        if primary_lsn <= replayed:
+            self._samples.clear()
+            self._caught_up_at = now
+        elif len(self._samples) < MAX_SAMPLES and (
+            not self._samples or self._samples[-1][1] < primary_lsn
+        ):
+            self._samples.append((now, primary_lsn))
+        self._lag = 0.0 if primary_lsn <= replayed else now - self._caught_up_at
+        self._unsure = quiet and self._lag > self.max_lag
         if self.state in ("down", "unverified"):
             self._become("usable")
 
