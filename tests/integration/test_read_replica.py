@@ -7,7 +7,8 @@ shows in the answer itself:
 - a person with no fence reads from the standby (the new row is missing), on the fast path and
   the FastAPI path alike;
 - the person who just marked read (or read all, or saved preferences) reads from the primary
-  until the standby has replayed that write — across two API processes through Redis;
+  until the standby has replayed that write — across two API processes through Redis; while
+  Redis cannot say, every read goes to the primary;
 - a standby lagging beyond HERALD_READ_MAX_LAG_SECONDS, or stopped, is passed over for the
   primary (never a 503), one log line each way;
 - a read URL that is a primary, or another cluster, refuses start-up naming the setting without
@@ -235,6 +236,38 @@ async def test_a_fence_reaches_every_api_process_through_redis(
             await built.reads.aclose()
             assert built.reads.standby is not None
             await built.reads.standby.dispose()
+
+
+async def test_without_an_answer_from_redis_reads_go_to_the_primary(
+    cluster: ReplicaCluster, primary: AsyncEngine, registry: Registry
+) -> None:
+    """Whether the person just wrote is unknown while Redis cannot be reached: the primary
+    answers (200, fresh), never the standby."""
+    settings = _settings(cluster, read_max_lag_seconds=3600)
+    standby = make_async_engine(cluster.standby_url("herald"), pool_size=1, prepare=False)
+    reads = ReadRouting(
+        primary, standby, max_lag_seconds=3600, redis_url=f"redis://127.0.0.1:{free_port()}/0"
+    )
+    app = create_app(settings, primary, registry, reads=reads)
+    http = AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test")
+    api = Api(http, reads, settings)
+    try:
+        seed, (ann,) = await _people(primary, "ann")
+        await seed.notify(ann.id, title="first")
+        await api.titles(ann)
+        cluster.wait_caught_up()
+        cluster.pause_replay()
+        try:
+            await seed.notify(ann.id, title="second")
+            assert await api.titles(ann) == ["second", "first"]
+            assert await api.unread(ann) == 2
+        finally:
+            cluster.resume_replay()
+        cluster.wait_caught_up()
+    finally:
+        await http.aclose()
+        await reads.aclose()
+        await standby.dispose()
 
 
 async def _until(condition: object, api: Api, person: Person) -> None:
