@@ -34,6 +34,17 @@ class Settings(BaseSettings):
     session of its own: LISTEN (realtime, the worker's wake-up) and the worker's presence locks.
     Set it when HERALD_DATABASE_URL points at PgBouncer in transaction mode; same database.
     """
+    database_read_url: str | None = None
+    """Optional: a streaming-replication standby of HERALD_DATABASE_URL's cluster, for the end
+    user's inbox list and unread count (herald api only). A person who just wrote (marked read,
+    saved preferences) reads from the primary until the standby has replayed that write; with
+    several API processes set HERALD_REDIS_URL too, so they all know it. Refused at start-up when
+    it is no standby of the same cluster.
+    """
+    read_max_lag_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """The standby's replay lag beyond which inbox reads go to the primary (HERALD_DATABASE_READ_URL).
+    More than 0, at most 3600.
+    """
     data_dir: Path = Path(".herald")
     """Where the embedded PostgreSQL and `herald dev`'s state (dev.json) live."""
     db_pool_size: int = Field(default=10, ge=1, le=200)

@@ -213,6 +213,13 @@ class DatabaseSessionUrlInvalid(ConfigurationError):
     code = "DATABASE_SESSION_URL_INVALID"
 
 
+class DatabaseReadUrlInvalid(ConfigurationError):
+    """HERALD_DATABASE_READ_URL must reach a standby (in recovery) of the same PostgreSQL cluster
+    as HERALD_DATABASE_URL."""
+
+    code = "DATABASE_READ_URL_INVALID"
+
+
 class RegistryError(ConfigurationError):
     """The kind registry is not valid; the process refuses to start."""
 

@@ -25,6 +25,7 @@ from herald.auth.deps import AppState
 from herald.centre import fast
 from herald.config import Settings
 from herald.db import health
+from herald.db.replica import ReadRouting
 from herald.errors import (
     DatabaseConflict,
     DatabaseUnavailable,
@@ -73,9 +74,12 @@ def create_app(
     *,
     vault: Vault | None = None,
     realtime: RealtimeHub | None = None,
+    reads: ReadRouting | None = None,
 ) -> FastAPI:
+    """`reads`: where the inbox's reads run (herald.db.replica); default: the primary alone."""
     hub = realtime if realtime is not None else build_hub(settings, engine)
     rate_limits = RateLimits.build(settings.redis_url)
+    read_routing = reads if reads is not None else ReadRouting(engine)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -86,6 +90,7 @@ def create_app(
         finally:
             await hub.aclose()
             await rate_limits.aclose()
+            await read_routing.aclose()
 
     # /docs and /redoc come from herald.api.docs, which serves their scripts itself (no CDN).
     app = FastAPI(
@@ -104,6 +109,7 @@ def create_app(
         vault=vault if vault is not None else build_vault(settings, engine),
         realtime=hub,
         rate_limits=rate_limits,
+        reads=read_routing,
     )
 
     _note_database_recoveries(engine)

@@ -11,7 +11,7 @@ import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
 from fastapi import Depends, Query, Request, Security
@@ -25,6 +25,7 @@ from herald.config import Settings
 from herald.db import tenancy
 from herald.db.compiled import Driver
 from herald.db.engine import driver_transaction
+from herald.db.replica import ReadRouting
 from herald.errors import Forbidden, Unauthenticated
 from herald.kinds import Registry
 from herald.ratelimit import RateLimits, enforce, parse_limit
@@ -42,12 +43,16 @@ class AppState:
     realtime: RealtimeHub
     # Send and end-user rate limits: Redis-backed (shared by every process) or this process's.
     rate_limits: RateLimits
+    # Where the inbox's reads run: a read standby when it may answer the person, else the primary.
+    reads: ReadRouting
 
 
 def state(request: Request) -> AppState:
     app_state: AppState = request.app.state.herald
     return app_state
 
+
+T = TypeVar("T")
 
 # Where the authentication dependency leaves the caller's tenant for the request's transactions.
 _TENANT = "herald_tenant"
@@ -223,6 +228,31 @@ async def actor_transaction(
     async with driver_transaction(app_state.engine) as conn:
         actor = await auth.live_actor(conn, claims, enter_tenant=True)
         yield conn, actor
+
+
+async def actor_read(
+    request: Request,
+    claims: auth.ActorClaims,
+    work: Callable[[Driver, auth.Actor], Awaitable[T]],
+) -> T:
+    """actor_transaction for a read that a standby may answer (HERALD_DATABASE_READ_URL): the
+    rate limit, then the liveness check and `work` in one transaction on the engine
+    `reads` chooses for the person — run again on the primary if the standby fails it."""
+    app_state = state(request)
+    await enforce_person_limit(request, claims.tenant_id, claims.subject)
+
+    async def on(engine: AsyncEngine) -> T:
+        async with driver_transaction(engine) as conn:
+            actor = await auth.live_actor(conn, claims, enter_tenant=True)
+            return await work(conn, actor)
+
+    return await app_state.reads.run(claims.tenant_id, claims.subject, on)
+
+
+async def written(request: Request, tenant_id: str, external_id: str) -> None:
+    """After the person's own write committed: their next reads wait for a read standby to
+    have replayed it (herald.db.replica's fence); nothing without a standby."""
+    await state(request).reads.fence(tenant_id, external_id)
 
 
 async def current_operator(

@@ -34,6 +34,7 @@ from uuid import UUID
 from fastapi import FastAPI
 from fastapi.responses import Response
 from fastapi.security.utils import get_authorization_scheme_param
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Match, NoMatchFound, compile_path
@@ -50,6 +51,7 @@ from herald.auth.deps import (
     json_response,
     remember_tenant,
     state,
+    written,
 )
 from herald.centre import functions, routes, service
 from herald.centre.queries import PageRow
@@ -175,15 +177,28 @@ async def _one_statement(
     claims: auth.ActorClaims,
     function: functions.RouteFunction,
     values: dict[str, Any],
+    *,
+    read: bool = False,
 ) -> list[tuple[Any, ...]] | None:
     """The route's rows from its one-statement function (herald.centre.functions), after the
     person's rate limit; None when the functions cannot be created here (the caller then answers
-    through the four-trip transaction, which counts the limit itself)."""
-    engine = state(request).engine
+    through the four-trip transaction, which counts the limit itself). A `read` runs where
+    the app's ReadRouting says (a read standby that may answer the person, else the primary);
+    the functions are created on the primary and reach a standby by replication."""
+    app_state = state(request)
+    engine = app_state.engine
     if not await functions.ensure(engine):
         return None
     await enforce_person_limit(request, claims.tenant_id, claims.subject)
-    return await functions.call(engine, function, claims, values)
+    if not read:
+        return await functions.call(engine, function, claims, values)
+
+    async def on(chosen: AsyncEngine) -> list[tuple[Any, ...]]:
+        if chosen is engine:
+            return await functions.call(engine, function, claims, values)
+        return await functions.call(chosen, function, claims, values, create=False)
+
+    return await app_state.reads.run(claims.tenant_id, claims.subject, on)
 
 
 async def _list(request: Request, query: dict[str, Any]) -> Response:
@@ -199,7 +214,7 @@ async def _list(request: Request, query: dict[str, Any]) -> Response:
     if params.after is not None:
         values["after_at"], values["after_id"] = params.after
     function = functions.LIST[(params.after is not None, params.unread_only)]
-    rows = await _one_statement(request, claims, function, values)
+    rows = await _one_statement(request, claims, function, values, read=True)
     if rows is None:
         return await routes.list_answer(request, claims, params)
     read = [PageRow(recipient_id=row[0], occurred_at=row[1], item=row[2]) for row in rows]
@@ -209,7 +224,7 @@ async def _list(request: Request, query: dict[str, Any]) -> Response:
 
 async def _unread_count(request: Request, _: dict[str, Any]) -> Response:
     claims = await _claims(request)
-    rows = await _one_statement(request, claims, functions.UNREAD_COUNT, {})
+    rows = await _one_statement(request, claims, functions.UNREAD_COUNT, {}, read=True)
     if rows is None:
         return await routes.unread_count_answer(request, claims)
     return json_response(service.unread_of(int(rows[0][0])))
@@ -220,6 +235,7 @@ async def _mark_all_read(request: Request, _: dict[str, Any]) -> Response:
     rows = await _one_statement(request, claims, functions.MARK_ALL_READ, {})
     if rows is None:
         return await routes.mark_all_read_answer(request, claims)
+    await written(request, claims.tenant_id, claims.subject)
     return json_response(ReadAllResult(updated=int(rows[0][0])))
 
 
@@ -236,6 +252,7 @@ async def _mark_read(request: Request, _: dict[str, Any]) -> Response:
         return await routes.mark_read_answer(request, claims, notification_id)
     if not rows:
         raise NotificationNotFound()  # absent, someone else's or outside the role alike
+    await written(request, claims.tenant_id, claims.subject)
     return json_response(ReadReceipt(id=rows[0][0], read_at=rows[0][1]))
 
 

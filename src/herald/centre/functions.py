@@ -221,10 +221,17 @@ async def ensure(engine: AsyncEngine) -> bool:
 
 
 async def call(
-    engine: AsyncEngine, function: RouteFunction, claims: ActorClaims, params: dict[str, Any]
+    engine: AsyncEngine,
+    function: RouteFunction,
+    claims: ActorClaims,
+    params: dict[str, Any],
+    *,
+    create: bool = True,
 ) -> list[tuple[Any, ...]]:
     """The route's rows of `function` for these claims, in one round trip. An unknown or deleted
-    person (no actor row) is refused as auth.live_actor refuses one."""
+    person (no actor row) is refused as auth.live_actor refuses one. `create=False`: on a read
+    standby, which cannot create a missing function (it comes by replication), the
+    UndefinedFunction error goes to the caller."""
     values = {
         "tenant_id": claims.tenant_id,
         "external_id": claims.subject,
@@ -236,6 +243,8 @@ async def call(
     except psycopg.errors.UndefinedFunction:
         # The database was replaced under this process (restored, or re-created from its
         # migrations): create the functions again, once.
+        if not create:
+            raise
         _ready.discard(engine.sync_engine)
         if not await ensure(engine):
             raise

@@ -17,8 +17,10 @@ from herald.auth.deps import (
     Limit,
     Pagination,
     UnreadOnly,
+    actor_read,
     actor_transaction,
     json_response,
+    written,
 )
 from herald.centre import service
 from herald.centre.schemas import (
@@ -28,6 +30,7 @@ from herald.centre.schemas import (
     UnreadCount,
 )
 from herald.centre.service import ListParams
+from herald.db.compiled import Driver
 
 router = APIRouter(prefix="/v1/me/notifications", tags=["centre"])
 
@@ -38,21 +41,26 @@ router = APIRouter(prefix="/v1/me/notifications", tags=["centre"])
 # same ones, so the two ways in cannot drift apart.
 
 
+# The two reads may run on a read standby (actor_read, herald.db.replica); the two writes leave
+# the person's fence once committed (`written`), so their next reads see them.
+
+
 async def list_answer(request: Request, claims: auth.ActorClaims, params: ListParams) -> Response:
-    async with actor_transaction(request, claims) as (conn, actor):
+    async def work(conn: Driver, actor: auth.Actor) -> bytes:
         page, next_cursor = await service.list_notifications(conn, actor, params)
-    return Response(service.page_json(page, next_cursor), media_type=JSON)
+        return service.page_json(page, next_cursor)
+
+    return Response(await actor_read(request, claims, work), media_type=JSON)
 
 
 async def unread_count_answer(request: Request, claims: auth.ActorClaims) -> Response:
-    async with actor_transaction(request, claims) as (conn, actor):
-        count = await service.unread_count(conn, actor)
-    return json_response(count)
+    return json_response(await actor_read(request, claims, service.unread_count))
 
 
 async def mark_all_read_answer(request: Request, claims: auth.ActorClaims) -> Response:
     async with actor_transaction(request, claims) as (conn, actor):
         result = await service.mark_all_read(conn, actor)
+    await written(request, claims.tenant_id, claims.subject)
     return json_response(result)
 
 
@@ -61,6 +69,7 @@ async def mark_read_answer(
 ) -> Response:
     async with actor_transaction(request, claims) as (conn, actor):
         receipt = await service.mark_read(conn, actor, notification_id)
+    await written(request, claims.tenant_id, claims.subject)
     return json_response(receipt)
 
 

@@ -35,7 +35,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     from herald.db.engine import API_PING_AFTER_IDLE_SECONDS, make_async_engine
     from herald.kinds import get_registry
     from herald.runtime import server
-    from herald.runtime.database import plan_connections
+    from herald.runtime.database import plan_connections, plan_reads
 
     registry = get_registry()
     connections = await plan_connections(settings, "api")
@@ -48,10 +48,15 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     )
     stop = asyncio.Event()
     try:
-        with server.stop_on_signals(stop):
-            await server.serve_api(
-                create_app(settings, engine, registry), host=host, port=port, stop=stop, freeze=True
-            )
+        # The inbox's reads: on HERALD_DATABASE_READ_URL's standby when set (herald.db.replica).
+        reads = await plan_reads(settings, connections, engine)
+        try:
+            with server.stop_on_signals(stop):
+                app = create_app(settings, engine, registry, reads=reads)
+                await server.serve_api(app, host=host, port=port, stop=stop, freeze=True)
+        finally:
+            if reads.standby is not None:
+                await reads.standby.dispose()
     finally:
         await engine.dispose()
 

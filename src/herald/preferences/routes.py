@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from herald.auth.deps import ActorDep, state, transaction
+from herald.auth.deps import ActorDep, state, transaction, written
 from herald.preferences import service
 from herald.preferences.schemas import PreferencesSaved, PreferencesUpdate, PreferencesView
 
@@ -28,4 +28,7 @@ async def save_preferences(
     request: Request, actor: ActorDep, body: PreferencesUpdate
 ) -> PreferencesSaved:
     async with transaction(request) as conn:
-        return await service.save_preferences(conn, actor, state(request).registry, body)
+        saved = await service.save_preferences(conn, actor, state(request).registry, body)
+    # Committed: the person's inbox reads wait for a read standby to replay it (db.replica).
+    await written(request, actor.tenant_id, actor.external_id)
+    return saved

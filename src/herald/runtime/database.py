@@ -12,12 +12,19 @@ needs a session connects (HERALD_DATABASE_SESSION_URL).
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald import outages
 from herald.config import Settings
-from herald.db import embedded, pooler
+from herald.db import embedded, pooler, replica
+from herald.db.engine import API_PING_AFTER_IDLE_SECONDS, make_async_engine
+from herald.db.replica import ReadRouting
 from herald.errors import DatabaseSessionRequired, DatabaseSessionUrlInvalid
+
+log = logging.getLogger(__name__)
 
 EMBEDDED_DATABASE = "herald"
 # The longest wait between two start-up probes of a database that cannot be reached yet.
@@ -111,3 +118,38 @@ async def _probe(url: str) -> pooler.Probe:
                 raise
             outages.state(outages.DATABASE).failed(exc)
             await asyncio.sleep(backoff.next_delay())
+
+
+async def plan_reads(
+    settings: Settings, connections: Connections, engine: AsyncEngine
+) -> ReadRouting:
+    """The API's read routing: the primary alone, or with HERALD_DATABASE_READ_URL's standby,
+    checked first (herald.db.replica.verify: refuses another cluster or a primary; a standby
+    that cannot be reached yet is checked when it answers, and reads use the primary meanwhile).
+    Through a pooler or not, the standby's engine prepares no statement."""
+    read_url = settings.database_read_url
+    if not read_url:
+        return ReadRouting(engine)
+    primary_id = await replica.system_identifier(connections.url)
+    verified = await replica.verify(connections.url, read_url, primary_id)
+    standby = make_async_engine(
+        read_url,
+        pool_size=settings.db_pool_size,
+        ping_after_idle=API_PING_AFTER_IDLE_SECONDS,
+        application_name="herald-api-read",
+        prepare=False,
+    )
+    if not settings.redis_url:
+        log.info(
+            "inbox reads use HERALD_DATABASE_READ_URL; without HERALD_REDIS_URL a person's "
+            "read-your-writes fence lives in this API process only: run one API process, or set "
+            "HERALD_REDIS_URL"
+        )
+    return ReadRouting(
+        engine,
+        standby,
+        max_lag_seconds=settings.read_max_lag_seconds,
+        redis_url=settings.redis_url,
+        primary_id=primary_id,
+        verified=verified,
+    )

@@ -1,0 +1,79 @@
+"""A real `herald api` with HERALD_DATABASE_READ_URL (tests/replica_cluster.py): its inbox reads
+come from the standby (with replay paused, a new row is not in the answer), and the person who
+marks read gets the primary's answer at once. The routing's cases are in
+tests/integration/test_read_replica.py; this proves the command wires it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from herald.auth import service as auth
+from herald.config import Settings
+from herald.db.engine import make_async_engine
+from tests.conftest import JWT_SECRET
+from tests.e2e.harness import HeraldProcess, free_port, herald_env
+from tests.integration.test_centre import Seed
+from tests.replica_cluster import ReplicaCluster, herald_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ReplicaCluster]:
+    with herald_cluster() as running:
+        yield running
+
+
+async def _titles(http: httpx.AsyncClient) -> list[str]:
+    answer = await http.get("/v1/me/notifications")
+    assert answer.status_code == 200, answer.text
+    return [item["title"] for item in answer.json()["items"]]
+
+
+async def test_herald_api_reads_the_inbox_from_the_standby_and_fences_a_writer(
+    cluster: ReplicaCluster, tmp_path: Path
+) -> None:
+    env = herald_env(
+        HERALD_DATABASE_URL=cluster.primary_url("herald"),
+        HERALD_DATABASE_READ_URL=cluster.standby_url("herald"),
+        HERALD_JWT_SECRET=JWT_SECRET,
+        HERALD_DATA_DIR=str(tmp_path / "data"),
+        HERALD_REDIS_URL=None,
+        HERALD_READ_MAX_LAG_SECONDS="3600",
+        HERALD_RATE_LIMIT_PER_PERSON="off",
+    )
+    engine: AsyncEngine = make_async_engine(cluster.primary_url("herald"), pool_size=1)
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    api = HeraldProcess(["api", "--port", str(port)], env, tmp_path / "api.log")
+    try:
+        seed = Seed(engine, f"rrp-{uuid.uuid4().hex[:10]}")
+        ann = await seed.person("ann")
+        first = await seed.notify(ann, title="first")
+        settings = Settings(jwt_secret=JWT_SECRET)
+        token = auth.sign_token(settings, tenant_id=seed.tenant, subject="ann")
+        api.wait_until_healthy(api_url)
+        http = httpx.AsyncClient(
+            base_url=api_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert await _titles(http) == ["first"]
+        cluster.wait_caught_up()
+        cluster.pause_replay()
+        try:
+            await seed.notify(ann, title="second")
+            assert await _titles(http) == ["first"]  # the standby's answer
+            marked = await http.post(f"/v1/me/notifications/{first.id}/read")
+            assert marked.status_code == 200, marked.text
+            assert await _titles(http) == ["second", "first"]  # the primary's
+        finally:
+            cluster.resume_replay()
+            await http.aclose()
+        assert api.stop() == 0, api.describe()
+        assert "without HERALD_REDIS_URL" in api.output()
+    finally:
+        api.kill()
+        await engine.dispose()
