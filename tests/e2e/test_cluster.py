@@ -4,7 +4,12 @@ Two `herald api` behind a round-robin proxy (tests/e2e/rrproxy.py, its own proce
 `herald worker`, two `herald scheduler`, on a database of their own, every one of them through a
 real PgBouncer in transaction mode (tests/pgbouncer.py) with HERALD_DATABASE_SESSION_URL direct
 for what needs a session (LISTEN for the realtime hub and the worker's wake-up, the presence
-locks). Without Debian's pgbouncer the test skips, saying so; CI's second run requires it. For LOAD_SECONDS the test
+locks). Where a streaming standby can be built (tests/replica_cluster.py: initdb, pg_basebackup)
+and Redis answers (HERALD_TEST_REDIS_URL: the read-your-writes fences of several API processes
+live there), the database is a primary of the test's own with that standby as
+HERALD_DATABASE_READ_URL, and the standby is SIGKILLed mid-run too; otherwise the test database
+alone, and the report says so. Without Debian's pgbouncer the test skips, saying so; CI's second
+run requires both (HERALD_TEST_PGBOUNCER, HERALD_TEST_REPLICA). For LOAD_SECONDS the test
 sends events (in-app and email, each retried with the same body after a 503 or a cut connection,
 as a client should), reads inboxes, marks items read and keeps Server-Sent-Event streams open;
 mid-run it SIGKILLs one API process, one worker and the scheduler that holds the reminder lease,
@@ -63,6 +68,8 @@ from tests.e2e.harness import (
 )
 from tests.pgbouncer import require_pgbouncer, run_pgbouncer
 from tests.providers.servers import SmtpRecordingHandler, smtp_server
+from tests.replica_cluster import ReplicaCluster, herald_cluster
+from tests.replica_cluster import missing_reason as standby_missing
 
 pytestmark = [
     pytest.mark.cluster,
@@ -300,6 +307,19 @@ async def test_several_nodes_under_load_lose_nothing_when_one_of_each_is_killed(
     database_url: str, settings: Settings, tmp_path: Path
 ) -> None:
     require_pgbouncer()
+    redis_url = os.environ.get("HERALD_TEST_REDIS_URL")
+    why_not = standby_missing() or (None if redis_url else "HERALD_TEST_REDIS_URL is not set")
+    if why_not and os.environ.get("HERALD_TEST_REPLICA") == "required":
+        pytest.fail(f"HERALD_TEST_REPLICA=required, but {why_not}")
+    if why_not is None:
+        with herald_cluster() as standby:
+            url = standby.primary_url("herald")
+            with run_pgbouncer(url, pool_mode="transaction", pool_size=8) as bouncer:
+                await _run_cluster(
+                    url, bouncer.url_for(url), settings, tmp_path, standby, redis_url
+                )
+        return
+    print(f"cluster test without a read standby: {why_not}")
     name = f"herald_cluster_{uuid.uuid4().hex[:8]}"
     _sql(database_url, f'CREATE DATABASE "{name}"')
     url = with_database(database_url, name)
@@ -311,8 +331,22 @@ async def test_several_nodes_under_load_lose_nothing_when_one_of_each_is_killed(
         _sql(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def _run_cluster(url: str, pooled_url: str, settings: Settings, tmp_path: Path) -> None:
-    """`url` reaches PostgreSQL itself, `pooled_url` the same database through PgBouncer."""
+def _kill_postgres(standby: ReplicaCluster) -> None:
+    """SIGKILL the standby's postmaster (its backends exit when they notice)."""
+    pid = int((standby.root / "standby" / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+
+
+async def _run_cluster(
+    url: str,
+    pooled_url: str,
+    settings: Settings,
+    tmp_path: Path,
+    standby: ReplicaCluster | None = None,
+    redis_url: str | None = None,
+) -> None:
+    """`url` reaches PostgreSQL itself, `pooled_url` the same database through PgBouncer;
+    `standby`, when given, serves the inbox's reads (with `redis_url` for the fences)."""
     tenant = f"t-{uuid.uuid4().hex[:12]}"
     handler = SmtpRecordingHandler(data_delay_seconds=0.01)
     with smtp_server(handler=handler) as smtp:
@@ -333,6 +367,8 @@ async def _run_cluster(url: str, pooled_url: str, settings: Settings, tmp_path: 
             HERALD_SCHEDULER_LEASE_SECONDS=str(LEASE_SECONDS),
             HERALD_SCHEDULER_TICK_SECONDS="0.2",
             HERALD_DB_POOL_SIZE="4",
+            HERALD_DATABASE_READ_URL=standby.standby_url("herald") if standby else None,
+            HERALD_REDIS_URL=redis_url if standby else None,
         )
         created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
         assert created.returncode == 0, created.stderr
@@ -432,6 +468,10 @@ async def _run_cluster(url: str, pooled_url: str, settings: Settings, tmp_path: 
                     datetime.now(UTC).replace(microsecond=0),
                     reminder_id,
                 )
+                if standby is not None:
+                    await at(0.6)
+                    # Reads go on from the primary: no 5xx, no stale read.
+                    _kill_postgres(standby)
                 await at(1.0)
                 load.stop.set()
                 streams = tasks[SENDERS + 4 :]
@@ -457,7 +497,7 @@ async def _run_cluster(url: str, pooled_url: str, settings: Settings, tmp_path: 
         finally:
             proxy.stop()
             exits = {n: p.stop() for n, p in processes.items()}
-        _judge(url, tenant, load, handler, server_unread, exits, people)
+        _judge(url, tenant, load, handler, server_unread, exits, people, standby is not None)
 
 
 async def _settle(url: str, tenant: str, worker: HeraldProcess) -> None:
@@ -491,6 +531,7 @@ def _judge(
     server_unread: dict[str, set[str]],
     exits: dict[str, int],
     people: list[str],
+    with_standby: bool,
 ) -> None:
     # -- what the database says --------------------------------------------------------
     figures = load.figures
@@ -549,6 +590,7 @@ def _judge(
 
     report = {
         "load_seconds": LOAD_SECONDS,
+        "read_standby": "killed mid-run" if with_standby else "none",
         "sends_accepted": len(load.sent),
         "answers": {
             f"{what} {status}": n for (what, status), n in sorted(figures.statuses.items())
