@@ -95,6 +95,9 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("person_reads", ["--rows", "50000", "--deep", "5000", "--runs", "20", "--baseline-runs", "3"]),
     # Through PgBouncer in transaction mode against direct; needs Debian's pgbouncer.
     ("pgbouncer", ["--requests", "300", "--warmup", "200", "--rounds", "3", "--sends", "1000"]),
+    # Builds a primary and its standby of its own (PostgreSQL 15 binaries) and needs Redis
+    # (HERALD_BENCH_REDIS_URL, else redis://127.0.0.1:6379/0); its issue's size is --rows 10000000.
+    ("replica", ["--rows", "100000", "--people", "2000", "--requests", "1500", "--warmup", "500"]),
 ]
 
 
