@@ -14,6 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from herald import vocabulary
 
 DEFAULT_FOLLOWUP_SWEEP_SECONDS = 60
+# The providers HERALD_EMAIL_PROVIDERS and HERALD_SMS_PROVIDERS may name (a mock only alone).
+EMAIL_PROVIDERS = ("smtp", "smtp_backup", "resend", "mock")
+SMS_PROVIDERS = ("aakash", "twilio", "mock")
 
 
 class Settings(BaseSettings):
@@ -142,12 +145,31 @@ class Settings(BaseSettings):
     >0..60 seconds.
     """
 
+    # Failover between a channel's providers (herald.channels.failover).
+    provider_circuit_failures: int = Field(default=5, ge=1, le=1000)
+    """Failover: after this many failed sends in a row a provider's circuit opens and its sends go
+    to the next provider of HERALD_EMAIL_PROVIDERS / HERALD_SMS_PROVIDERS; after the cooldown one
+    probe send goes to it again, and a success closes the circuit. 1..1000 failures, 0.1..3600 s.
+    """
+    provider_circuit_cooldown_seconds: float = Field(default=30.0, ge=0.1, le=3600)
+    """Failover: after this many failed sends in a row a provider's circuit opens and its sends go
+    to the next provider of HERALD_EMAIL_PROVIDERS / HERALD_SMS_PROVIDERS; after the cooldown one
+    probe send goes to it again, and a success closes the circuit. 1..1000 failures, 0.1..3600 s.
+    """
+
     # Email (DESIGN.md §5.1).
     email_provider: Literal["smtp", "resend", "mock"] | None = None
     """A channel whose provider is unset is unconfigured: its deliveries are recorded as
     skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
     every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
     smtp | resend | mock.
+    """
+    email_providers: str = ""
+    """Failover: the email providers to try in order, comma-separated, from smtp, smtp_backup and
+    resend (e.g. `smtp,resend`). A send moves to the next only when the one before certainly did
+    not take the message or its circuit is open (docs/sending-and-delivery.md, "Provider
+    failover"). Each named provider must be configured. Instead of HERALD_EMAIL_PROVIDER, not with
+    it.
     """
     email_from: str = "Herald <no-reply@localhost>"
     """A channel whose provider is unset is unconfigured: its deliveries are recorded as
@@ -191,6 +213,26 @@ class Settings(BaseSettings):
     every channel you leave unset). Every HTTP provider's base URL can point at a proxy. Email:
     smtp | resend | mock.
     """
+    smtp_backup_host: str | None = None
+    """A second SMTP server, the `smtp_backup` provider of HERALD_EMAIL_PROVIDERS: host, port,
+    login and STARTTLS, with the same meaning and defaults as the HERALD_SMTP_* settings.
+    """
+    smtp_backup_port: int = Field(default=587, ge=1, le=65_535)
+    """A second SMTP server, the `smtp_backup` provider of HERALD_EMAIL_PROVIDERS: host, port,
+    login and STARTTLS, with the same meaning and defaults as the HERALD_SMTP_* settings.
+    """
+    smtp_backup_username: str | None = None
+    """A second SMTP server, the `smtp_backup` provider of HERALD_EMAIL_PROVIDERS: host, port,
+    login and STARTTLS, with the same meaning and defaults as the HERALD_SMTP_* settings.
+    """
+    smtp_backup_password: str | None = None
+    """A second SMTP server, the `smtp_backup` provider of HERALD_EMAIL_PROVIDERS: host, port,
+    login and STARTTLS, with the same meaning and defaults as the HERALD_SMTP_* settings.
+    """
+    smtp_backup_starttls: bool = True
+    """A second SMTP server, the `smtp_backup` provider of HERALD_EMAIL_PROVIDERS: host, port,
+    login and STARTTLS, with the same meaning and defaults as the HERALD_SMTP_* settings.
+    """
     resend_api_key: str | None = None
     """A channel whose provider is unset is unconfigured: its deliveries are recorded as
     skipped_unconfigured. `mock` records messages instead of sending them (`herald dev` uses it for
@@ -213,6 +255,11 @@ class Settings(BaseSettings):
     # SMS.
     sms_provider: Literal["aakash", "twilio", "mock"] | None = None
     """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
+    """
+    sms_providers: str = ""
+    """Failover: the SMS providers to try in order, comma-separated, from aakash and twilio (e.g.
+    `aakash,twilio`; a number outside Nepal then goes straight to Twilio). Each must be configured.
+    Instead of HERALD_SMS_PROVIDER, not with it.
     """
     sms_default_region: str = "NP"
     """SMS: aakash | twilio | mock. Numbers without a country code are read in the default region.
@@ -447,6 +494,44 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown channel(s) in HERALD_REQUIRED_CHANNELS: {unknown}")
         return value
+
+    @model_validator(mode="after")
+    def _provider_lists(self) -> Settings:
+        for channel, listed, single, known in (
+            ("EMAIL", self.email_providers, self.email_provider, EMAIL_PROVIDERS),
+            ("SMS", self.sms_providers, self.sms_provider, SMS_PROVIDERS),
+        ):
+            names = _split(listed)
+            if not names:
+                continue
+            if single is not None:
+                raise ValueError(
+                    f"set HERALD_{channel}_PROVIDER or HERALD_{channel}_PROVIDERS, not both"
+                )
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise ValueError(
+                    f"HERALD_{channel}_PROVIDERS names unknown provider(s) {', '.join(unknown)}; "
+                    f"known: {', '.join(known)}"
+                )
+            if len(set(names)) != len(names):
+                raise ValueError(f"HERALD_{channel}_PROVIDERS names a provider twice")
+            if len(names) > 1 and "mock" in names:
+                raise ValueError(
+                    f"HERALD_{channel}_PROVIDERS: mock records instead of sending, so it can only "
+                    "be the one provider"
+                )
+        return self
+
+    @property
+    def email_provider_list(self) -> list[str]:
+        """The email providers in order: HERALD_EMAIL_PROVIDERS, else the one provider (smtp
+        when HERALD_EMAIL_PROVIDER is unset, configured once HERALD_SMTP_HOST is)."""
+        return _split(self.email_providers) or [self.email_provider or "smtp"]
+
+    @property
+    def sms_provider_list(self) -> list[str]:
+        return _split(self.sms_providers) or [self.sms_provider or "aakash"]
 
     @field_validator("cors_origins")
     @classmethod

@@ -608,3 +608,40 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         assert conn.execute(PERSON_INDEXES).fetchall() == []
+
+
+def test_attempt_provider_migration_keeps_the_attempts(empty_database: str) -> None:
+    """0028 on a database holding attempts: they keep every value and read NULL for provider and
+    passed_over (written before failover existed); each attempt partition has both columns; down
+    gives back 0025's catalog with the attempts still there."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0025")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0022, {"person": "ada"})
+        conn.execute(
+            "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, occurred_at, "
+            "outcome, attempt_number, error_code) SELECT tenant_id, id, occurred_at, 'failed', 1, "
+            "'EMAIL_TRANSPORT' FROM notification_delivery"
+        )
+    before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0028")
+    with psycopg.connect(url) as conn:
+        kept = conn.execute(
+            "SELECT error_code, provider, passed_over, count(*) FROM notification_delivery_attempt "
+            "GROUP BY 1, 2, 3"
+        ).fetchall()
+        assert kept == [("EMAIL_TRANSPORT", None, None, 20)]
+        partitioned = conn.execute(
+            "SELECT count(*) FILTER (WHERE a.attname = 'provider'), "
+            "count(*) FILTER (WHERE a.attname = 'passed_over'), count(DISTINCT c.oid) "
+            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped "
+            "WHERE i.inhparent = 'notification_delivery_attempt'::regclass"
+        ).fetchone()
+        assert partitioned is not None and partitioned[0] == partitioned[1] == partitioned[2] > 0
+    migrate.downgrade(empty_database, "0025")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn:
+        count = conn.execute("SELECT count(*) FROM notification_delivery_attempt").fetchone()
+        assert count == (20,)

@@ -24,7 +24,15 @@ import httpx
 import phonenumbers
 
 from herald.channels import sms
-from herald.channels.base import Message, ProviderOutcome, bounded_detail, http_client
+from herald.channels.base import (
+    NOT_TAKEN_STATUSES,
+    Message,
+    NotSent,
+    ProviderOutcome,
+    bounded_detail,
+    http_client,
+    never_reached,
+)
 from herald.config import Settings
 from herald.errors import SmsBalanceUnavailable
 
@@ -112,9 +120,15 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
             retryable=True,
             detail=sms.http_detail(status),
             retry_after_seconds=sms.parse_retry_after(response.headers.get("Retry-After")),
+            not_sent="provider",
         )
     if status >= 500 or status == 408:
-        return sms.sms_failure("SMS_TRANSPORT", retryable=True, detail=sms.http_detail(status))
+        return sms.sms_failure(
+            "SMS_TRANSPORT",
+            retryable=True,
+            detail=sms.http_detail(status),
+            not_sent="provider" if status in NOT_TAKEN_STATUSES else None,
+        )
 
     payload = _json_object(response)
     if payload is None:
@@ -129,11 +143,17 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
     known = _known_message(payload.get("message"))
     if known == "balance":
         # R-PROVIDER-21: every retry is a guaranteed failure and a paid HTTP call.
+        # Aakash refused before taking anything: another provider may send it.
         return sms.sms_failure(
-            "SMS_INSUFFICIENT_BALANCE", retryable=False, detail="aakash:not_enough_balance"
+            "SMS_INSUFFICIENT_BALANCE",
+            retryable=False,
+            detail="aakash:not_enough_balance",
+            not_sent="provider",
         )
     if known == "auth" or status in (401, 403):
-        return sms.sms_failure("SMS_AUTH", retryable=False, detail="aakash:auth_token_invalid")
+        return sms.sms_failure(
+            "SMS_AUTH", retryable=False, detail="aakash:auth_token_invalid", not_sent="provider"
+        )
 
     error = payload.get("error")
     valid = _entries(payload.get("data"), "valid")
@@ -206,19 +226,31 @@ class AakashSmsProvider:
         if refusal is not None:
             code, detail = refusal
             logger.warning("aakash refused destination to=%s code=%s", masked, code)
-            return sms.sms_failure(code, retryable=False, detail=detail)
+            # Outside Nepal is Aakash's limit, not the number's: another provider may reach it.
+            elsewhere: NotSent | None = (
+                "destination" if code == "SMS_UNSUPPORTED_DESTINATION" else None
+            )
+            return sms.sms_failure(code, retryable=False, detail=detail, not_sent=elsewhere)
         national = national_number(message.to)
         text = sms.truncate_to_segments(message.body, sms.MAX_SEGMENTS)  # R-CHAN-10
         form = {"auth_token": self._token, "to": national, "text": text}
         try:
             response = await self._client.post("send", data=form)
         except httpx.TimeoutException as exc:
-            outcome = sms.sms_failure("SMS_TRANSPORT", retryable=True, detail="timeout")
+            outcome = sms.sms_failure(
+                "SMS_TRANSPORT",
+                retryable=True,
+                detail="timeout",
+                not_sent="provider" if never_reached(exc) else None,
+            )
             logger.warning("aakash send timed out to=%s error=%s", masked, type(exc).__name__)
             return outcome
         except httpx.HTTPError as exc:
             outcome = sms.sms_failure(
-                "SMS_TRANSPORT", retryable=True, detail=bounded_detail(type(exc).__name__)
+                "SMS_TRANSPORT",
+                retryable=True,
+                detail=bounded_detail(type(exc).__name__),
+                not_sent="provider" if never_reached(exc) else None,
             )
             logger.warning("aakash transport error to=%s error=%s", masked, type(exc).__name__)
             return outcome

@@ -18,6 +18,12 @@ from herald.values import value
 
 Outcome = Literal["sent", "failed", "skipped"]
 SkipReason = Literal["unconfigured", "mock", "no_destination"]
+# Why a failure is certainly not a send, so another provider of the channel may take the message
+# with no risk of a second copy (herald.channels.failover): "provider" — this provider is down or
+# refused us before taking anything (connection refused, TLS, an SMTP refusal before the message
+# was accepted, 429/503, our credentials or balance); "destination" — this provider cannot serve
+# this destination (Aakash outside Nepal), which says nothing about its health.
+NotSent = Literal["provider", "destination"]
 
 MAX_DETAIL = 80
 _DETAIL_ALLOWED = re.compile(r"[^A-Za-z0-9_.:\- ]")
@@ -54,6 +60,14 @@ class ProviderOutcome:
     # email, sms: the provider says this address or number can never take a message (Aakash's
     # data.invalid): the recorder marks it undeliverable, as a hard-bounce receipt does.
     destination_undeliverable: bool = False
+    # Set only when the provider certainly did not take the message (NotSent); None for a send, a
+    # verdict on the message itself (an invalid address) and every ambiguous failure (a timeout
+    # or a dropped connection after the message was handed over), which never fail over.
+    not_sent: NotSent | None = None
+    # The provider that gave this answer (set by the worker or the failover provider), and those
+    # a failover passed over in this attempt, each as `name:reason`: the attempt's evidence.
+    provider: str | None = None
+    passed_over: tuple[str, ...] = ()
 
     @staticmethod
     def sent(message_id: str | None = None, status: str | None = None) -> ProviderOutcome:
@@ -76,6 +90,7 @@ class ProviderOutcome:
         invalidate_token: bool = False,
         recipient_blocked: bool = False,
         destination_undeliverable: bool = False,
+        not_sent: NotSent | None = None,
     ) -> ProviderOutcome:
         return ProviderOutcome(
             outcome="failed",
@@ -87,6 +102,7 @@ class ProviderOutcome:
             invalidate_token=invalidate_token,
             recipient_blocked=recipient_blocked,
             destination_undeliverable=destination_undeliverable,
+            not_sent=not_sent,
         )
 
 
@@ -111,6 +127,19 @@ class Provider(Protocol):
     async def send(self, message: Message) -> ProviderOutcome: ...
 
     async def aclose(self) -> None: ...
+
+
+def never_reached(exc: BaseException) -> bool:
+    """True for an httpx error raised before any byte of the request left: the connection was
+    refused or timed out, DNS or the TLS handshake failed, or no pooled connection came free. The
+    provider cannot have taken the message (a read timeout or a dropped answer can have)."""
+    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+
+
+# HTTP answers that mean the provider refused the request before taking it: too many requests,
+# and "unavailable" — what a provider's front door says while it cannot take work. 500, 502 and
+# 504 are left out: a gateway can say them after the message was taken.
+NOT_TAKEN_STATUSES = frozenset({429, 503})
 
 
 def http_client(settings: Settings, base_url: str, **kwargs: object) -> httpx.AsyncClient:

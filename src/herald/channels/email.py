@@ -17,7 +17,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid, parseaddr
 from typing import Final, Literal, get_args
 
-from herald.channels.base import Message, ProviderOutcome
+from herald.channels.base import Message, NotSent, ProviderOutcome
 from herald.config import Settings
 from herald.rendering.escaping import escape_header, escape_html
 from herald.rendering.urls import safe_action_url_or_none
@@ -232,14 +232,19 @@ def address_problem(message: Message) -> ProviderOutcome | None:
 
 
 def rejected(
-    name: str | None, *, fallback: str, detail: str | None = None, status: str | None = None
+    name: str | None,
+    *,
+    fallback: str,
+    detail: str | None = None,
+    status: str | None = None,
+    not_sent: NotSent | None = None,
 ) -> ProviderOutcome:
     """The provider decided against this message: non-retryable (R-PROVIDER-7), coded
     `EMAIL_REJECTED:<name>` when the provider's error name is an allowlisted token, else
     `EMAIL_REJECTED:<fallback>` (an HTTP or SMTP status we wrote ourselves)."""
     suffix = allowlisted_name(name) or fallback
     return ProviderOutcome.failure(
-        f"EMAIL_REJECTED:{suffix}", retryable=False, detail=detail, status=status
+        f"EMAIL_REJECTED:{suffix}", retryable=False, detail=detail, status=status, not_sent=not_sent
     )
 
 
@@ -252,16 +257,21 @@ def allowlisted_name(name: object) -> str | None:
 
 
 def transport_failure(
-    *, detail: str | None = None, status: str | None = None, retry_after_seconds: int | None = None
+    *,
+    detail: str | None = None,
+    status: str | None = None,
+    retry_after_seconds: int | None = None,
+    not_sent: NotSent | None = None,
 ) -> ProviderOutcome:
     """The message never got a decision (network, TLS, timeout, 4xx/5xx server trouble):
-    retryable EMAIL_TRANSPORT (R-PROVIDER-8)."""
+    retryable EMAIL_TRANSPORT (R-PROVIDER-8). `not_sent` when it certainly was not taken."""
     return ProviderOutcome.failure(
         "EMAIL_TRANSPORT",
         retryable=True,
         detail=detail,
         status=status,
         retry_after_seconds=retry_after_seconds,
+        not_sent=not_sent,
     )
 
 

@@ -6,7 +6,9 @@ one WARN that its deliveries will be recorded skipped_unconfigured and re-driven
 once configured (R-OBS-3) — never a warning per send (R-OBS-4). A channel named in
 HERALD_REQUIRED_CHANNELS refuses to boot when unconfigured (R-PROVIDER-16, R-PROVIDER-26), and,
 in production, when mocked (R-PROVIDER-19); there is no global "require everything" switch
-(R-PROVIDER-17).
+(R-PROVIDER-17). A channel listing several providers (HERALD_EMAIL_PROVIDERS,
+HERALD_SMS_PROVIDERS) gets one FailoverProvider over them (herald.channels.failover), and refuses
+to boot when one of them is not configured.
 """
 
 from __future__ import annotations
@@ -22,32 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def build_providers(settings: Settings) -> dict[str, Provider]:
+    providers: dict[str, Provider] = {
+        "email": _channel_provider(settings, "email", settings.email_provider_list),
+        "sms": _channel_provider(settings, "sms", settings.sms_provider_list),
+    }
     from herald.channels.mock import MockProvider
-
-    providers: dict[str, Provider] = {}
-    email = settings.email_provider
-    if email == "resend":
-        from herald.channels.resend import ResendEmailProvider
-
-        providers["email"] = ResendEmailProvider(settings)
-    elif email == "mock":
-        providers["email"] = MockProvider("email", settings)
-    else:
-        from herald.channels.smtp import SmtpEmailProvider
-
-        providers["email"] = SmtpEmailProvider(settings)
-
-    sms = settings.sms_provider
-    if sms == "twilio":
-        from herald.channels.twilio import TwilioSmsProvider
-
-        providers["sms"] = TwilioSmsProvider(settings)
-    elif sms == "mock":
-        providers["sms"] = MockProvider("sms", settings)
-    else:
-        from herald.channels.aakash import AakashSmsProvider
-
-        providers["sms"] = AakashSmsProvider(settings)
 
     if settings.push_provider == "mock":
         providers["push"] = MockProvider("push", settings)
@@ -65,8 +46,68 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
     return providers
 
 
+def _channel_provider(settings: Settings, channel: str, names: list[str]) -> Provider:
+    """The channel's one provider, or a FailoverProvider over several, in the order listed."""
+    built = [_named(settings, channel, name) for name in names]
+    if len(built) == 1:
+        return built[0]
+    from herald.channels.failover import FailoverProvider
+
+    return FailoverProvider(
+        channel,
+        built,
+        threshold=settings.provider_circuit_failures,
+        cooldown=settings.provider_circuit_cooldown_seconds,
+    )
+
+
+def _named(settings: Settings, channel: str, name: str) -> Provider:
+    if name == "mock":
+        from herald.channels.mock import MockProvider
+
+        return MockProvider(channel, settings)
+    if name == "resend":
+        from herald.channels.resend import ResendEmailProvider
+
+        return ResendEmailProvider(settings)
+    if name in ("smtp", "smtp_backup"):
+        from herald.channels.smtp import SmtpEmailProvider, SmtpServer
+
+        server = SmtpServer.backup(settings) if name == "smtp_backup" else None
+        return SmtpEmailProvider(settings, server)
+    if name == "twilio":
+        from herald.channels.twilio import TwilioSmsProvider
+
+        return TwilioSmsProvider(settings)
+    from herald.channels.aakash import AakashSmsProvider
+
+    return AakashSmsProvider(settings)
+
+
+# What configures each provider, for the line that refuses a list naming an unconfigured one.
+_CONFIGURED_BY = {
+    "smtp": "HERALD_SMTP_HOST",
+    "smtp_backup": "HERALD_SMTP_BACKUP_HOST",
+    "resend": "HERALD_RESEND_API_KEY",
+    "aakash": "HERALD_AAKASH_AUTH_TOKEN",
+    "twilio": "HERALD_TWILIO_ACCOUNT_SID, HERALD_TWILIO_AUTH_TOKEN and HERALD_TWILIO_FROM",
+}
+
+
 def check_providers(settings: Settings, providers: Mapping[str, Provider]) -> None:
     """The boot checks and the one-time warnings; raises ConfigurationError to refuse to start."""
+    from herald.channels.failover import FailoverProvider
+
+    for channel, listed in sorted(providers.items()):
+        # A failover list says the deployment means each provider in it: one that cannot send
+        # would be passed over on every send, silently.
+        if isinstance(listed, FailoverProvider):
+            for member in listed.providers:
+                if not member.is_configured():
+                    raise ConfigurationError(
+                        f"HERALD_{channel.upper()}_PROVIDERS names {member.name}, which is not "
+                        f"configured (set {_CONFIGURED_BY.get(member.name, 'its settings')})"
+                    )
     for channel in sorted(settings.required_channel_set - {"in_app"}):
         provider = providers.get(channel)
         if provider is None or not provider.is_configured():

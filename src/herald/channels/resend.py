@@ -17,7 +17,13 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from herald.channels import email
-from herald.channels.base import Message, ProviderOutcome, http_client
+from herald.channels.base import (
+    NOT_TAKEN_STATUSES,
+    Message,
+    ProviderOutcome,
+    http_client,
+    never_reached,
+)
 from herald.config import Settings
 
 log = logging.getLogger(__name__)
@@ -89,7 +95,9 @@ class ResendEmailProvider:
                 type(exc).__name__,
                 email.scrub(str(exc), message),
             )
-            return email.transport_failure(detail=type(exc).__name__)
+            return email.transport_failure(
+                detail=type(exc).__name__, not_sent="provider" if never_reached(exc) else None
+            )
         except Exception as exc:
             return email.unknown_failure(log, self.name, message, exc)
         return self._outcome(message, response)
@@ -117,10 +125,16 @@ class ResendEmailProvider:
                 detail=detail,
                 status=str(status),
                 retry_after_seconds=_retry_after(response.headers.get("Retry-After")),
+                not_sent="provider" if status in NOT_TAKEN_STATUSES else None,
             )
         if status == 401 or name in _NOT_ABOUT_THE_MESSAGE:
             self._log_failure(message, status, name, "not about this message, will retry")
-            return email.transport_failure(detail=detail, status=str(status))
+            # Our key was refused: nothing was taken. A 409 for the same key still in progress
+            # is the one exception: the first request with that key may yet send.
+            refused = name != "concurrent_idempotent_requests"
+            return email.transport_failure(
+                detail=detail, status=str(status), not_sent="provider" if refused else None
+            )
         if 400 <= status < 500:
             self._log_failure(message, status, name, "rejected")
             return email.rejected(

@@ -18,7 +18,7 @@ from typing import Literal, get_args
 
 import phonenumbers
 
-from herald.channels.base import ProviderOutcome
+from herald.channels.base import NotSent, ProviderOutcome
 
 # The fixed SMS error table (R-PROVIDER-24, R-PROVIDER-25): the only codes an SMS provider puts in
 # a ProviderOutcome, and so the only SMS codes that can reach last_error (R-STATE-15).
@@ -204,6 +204,7 @@ def sms_failure(
     detail: str | None = None,
     retry_after_seconds: int | None = None,
     destination_undeliverable: bool = False,
+    not_sent: NotSent | None = None,
 ) -> ProviderOutcome:
     """A failed outcome whose code is type-checked against the SMS table (R-PROVIDER-25)."""
     return ProviderOutcome.failure(
@@ -212,6 +213,7 @@ def sms_failure(
         detail=detail,
         retry_after_seconds=retry_after_seconds,
         destination_undeliverable=destination_undeliverable,
+        not_sent=not_sent,
     )
 
 

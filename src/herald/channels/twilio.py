@@ -18,7 +18,15 @@ from urllib.parse import quote
 import httpx
 
 from herald.channels import sms
-from herald.channels.base import Message, ProviderOutcome, bounded_detail, http_client
+from herald.channels.base import (
+    NOT_TAKEN_STATUSES,
+    Message,
+    NotSent,
+    ProviderOutcome,
+    bounded_detail,
+    http_client,
+    never_reached,
+)
 from herald.config import Settings
 
 logger = logging.getLogger(__name__)
@@ -83,16 +91,37 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
             retryable=True,
             detail=detail,
             retry_after_seconds=sms.parse_retry_after(response.headers.get("Retry-After")),
+            not_sent="provider",
         )
     if status >= 500 or status == 408:
-        return sms.sms_failure("SMS_TRANSPORT", retryable=True, detail=detail)
+        return sms.sms_failure(
+            "SMS_TRANSPORT",
+            retryable=True,
+            detail=detail,
+            not_sent="provider" if status in NOT_TAKEN_STATUSES else None,
+        )
     if code is not None and code in TWILIO_ERROR_TABLE:
         error_code, retryable = TWILIO_ERROR_TABLE[code]
-        return sms.sms_failure(error_code, retryable=retryable, detail=detail)
+        return sms.sms_failure(
+            error_code, retryable=retryable, detail=detail, not_sent=_not_sent(error_code, code)
+        )
     if status in (401, 403):
-        return sms.sms_failure("SMS_AUTH", retryable=False, detail=detail)
+        return sms.sms_failure("SMS_AUTH", retryable=False, detail=detail, not_sent="provider")
     # Any other 4xx is a decision about this request: the same request gets the same answer.
     return sms.sms_failure("SMS_REJECTED", retryable=False, detail=detail)
+
+
+# Refusals about our account or sender rather than the message: Twilio created no message, and
+# another provider may send it (herald.channels.failover).
+_ACCOUNT_REFUSALS = frozenset({20429, 21212, 21606, 21611, 21660})
+
+
+def _not_sent(error_code: sms.SmsErrorCode, twilio_code: int) -> NotSent | None:
+    if error_code == "SMS_AUTH" or twilio_code in _ACCOUNT_REFUSALS:
+        return "provider"
+    if error_code == "SMS_UNSUPPORTED_DESTINATION":
+        return "destination"
+    return None
 
 
 class TwilioSmsProvider:
@@ -135,11 +164,19 @@ class TwilioSmsProvider:
             response = await self._client.post(path, data=form, auth=(self._sid, self._token))
         except httpx.TimeoutException as exc:
             logger.warning("twilio send timed out to=%s error=%s", masked, type(exc).__name__)
-            return sms.sms_failure("SMS_TRANSPORT", retryable=True, detail="timeout")
+            return sms.sms_failure(
+                "SMS_TRANSPORT",
+                retryable=True,
+                detail="timeout",
+                not_sent="provider" if never_reached(exc) else None,
+            )
         except httpx.HTTPError as exc:
             logger.warning("twilio transport error to=%s error=%s", masked, type(exc).__name__)
             return sms.sms_failure(
-                "SMS_TRANSPORT", retryable=True, detail=bounded_detail(type(exc).__name__)
+                "SMS_TRANSPORT",
+                retryable=True,
+                detail=bounded_detail(type(exc).__name__),
+                not_sent="provider" if never_reached(exc) else None,
             )
         outcome = classify_send_answer(response)
         if outcome.outcome == "sent":

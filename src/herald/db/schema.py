@@ -556,6 +556,11 @@ notification_delivery_attempt = Table(
     Column("error_code", Text),
     Column("provider_message_id", Text),
     _created_at(),
+    # The provider that answered (`smtp`, `resend`, `aakash`…), and when a channel lists several,
+    # the ones passed over in this attempt as `name:reason`, comma-separated (issue 45). NULL on
+    # rows written before 0028.
+    Column("provider", Text),
+    Column("passed_over", Text),
     vocab_check("outcome", vocabulary.ATTEMPT_OUTCOMES, "outcome"),
     Index("notification_delivery_attempt_delivery_id_idx", "delivery_id"),
     postgresql_partition_by=PARTITION_BY,

@@ -135,6 +135,8 @@ class OutcomeRows:
     called: list[bool] = field(default_factory=list)
     provider_statuses: list[str | None] = field(default_factory=list)
     outcomes: list[str | None] = field(default_factory=list)
+    providers: list[str | None] = field(default_factory=list)
+    passed_over: list[str | None] = field(default_factory=list)
     # Not a column of the statement: the rows' months, its bounds (`first_at`, `last_at`).
     occurred_ats: list[datetime] = field(default_factory=list)
 
@@ -170,6 +172,8 @@ class OutcomeRows:
         "called",
         "provider_statuses",
         "outcomes",
+        "providers",
+        "passed_over",
     )
 
     def params(self) -> dict[str, Any]:

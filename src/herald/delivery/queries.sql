@@ -140,7 +140,8 @@ SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.p
 -- its claim and lease together (R-STATE-5, R-STATE-6); skips set skipped_at in the same UPDATE
 -- (R-STATE-7); a row reaching dead writes its dead letter in the same statement (R-DLQ-17) with a
 -- reference-only payload_ref (R-SCHEMA-52); each provider call leaves an attempt row with only
--- outcome, number, provider status, delay, code and message id (R-STATE-21).
+-- outcome, number, provider status, delay, code and message id (R-STATE-21), and the provider that
+-- answered with the ones a failover passed over (herald.channels.failover).
 -- `d.claimed_at = u.claimed_at` makes the write conditional on still holding the lease: if the
 -- reaper reclaimed the row meanwhile, this outcome is not written over the newer state.
 WITH u AS (
@@ -154,7 +155,8 @@ WITH u AS (
            CAST(e->>4 AS integer) AS failure_inc, CAST(e->>5 AS integer) AS delay,
            e->>6 AS error, e->>7 AS message_id, e->>8 AS hint, e->>9 AS title, e->>10 AS body,
            e->>11 AS hash, CAST(e->>12 AS integer) AS template_version,
-           CAST(e->>13 AS boolean) AS called, e->>14 AS provider_status, e->>15 AS outcome
+           CAST(e->>13 AS boolean) AS called, e->>14 AS provider_status, e->>15 AS outcome,
+           e->>16 AS provider, e->>17 AS passed_over
       FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS e
 ), ended AS (
     UPDATE notification_delivery d
@@ -199,9 +201,9 @@ WITH u AS (
 ), evidence AS (
     INSERT INTO notification_delivery_attempt
            (tenant_id, delivery_id, outcome, attempt_number, provider_status, retry_delay_seconds,
-            error_code, provider_message_id, occurred_at)
+            error_code, provider_message_id, occurred_at, provider, passed_over)
     SELECT ended.tenant_id, ended.id, u.outcome, ended.attempts, u.provider_status, u.delay, u.error, u.message_id,
-           ended.occurred_at
+           ended.occurred_at, u.provider, u.passed_over
       FROM ended JOIN u ON u.id = ended.id
      WHERE u.called
 )

@@ -49,6 +49,8 @@ class Result:
 
     prepared: Prepared
     outcome: ProviderOutcome | None = None
+    # The provider that gave the outcome (a failover provider's member): the attempt's evidence.
+    provider: str | None = None
 
 
 def will_retry(result: Result, settings: Settings) -> bool:
@@ -123,6 +125,10 @@ def plan(results: Sequence[Result], settings: Settings) -> OutcomeRows:
         rows.called.append(called)
         rows.provider_statuses.append(outcome.provider_status if outcome else None)
         rows.outcomes.append(outcome_name)
+        rows.providers.append(result.provider if outcome else None)
+        rows.passed_over.append(
+            ",".join(outcome.passed_over) if outcome and outcome.passed_over else None
+        )
     return rows
 
 

@@ -217,25 +217,27 @@ class _Calls:
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
         self.started = time.monotonic()
-        self.outcomes: dict[str, int] = {}
+        # By the provider that answered: a failover provider's calls count under its members.
+        self.outcomes: dict[tuple[str, str], int] = {}
         self.total: dict[str, int] = {}
-        self.latencies: list[float] = []
+        self.latencies: dict[str, list[float]] = {}
 
-    def add(self, label: str, elapsed: float) -> None:
-        self.outcomes[label] = self.outcomes.get(label, 0) + 1
-        self.latencies.append(elapsed)
+    def add(self, name: str, label: str, elapsed: float) -> None:
+        key = (name, label)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        self.latencies.setdefault(name, []).append(elapsed)
 
     def flush(self) -> None:
         """Publish the calls counted since the last flush."""
-        channel, name = self.provider.channel, self.provider.name
-        for label, count in self.outcomes.items():
+        channel = self.provider.channel
+        for (name, label), count in self.outcomes.items():
             metrics.PROVIDER_CALLS.labels(channel, name, label).inc(count)
             self.total[label] = self.total.get(label, 0) + count
-        if self.latencies:
+        for name, latencies in self.latencies.items():
             latency = metrics.PROVIDER_LATENCY.labels(channel, name)
-            for elapsed in self.latencies:
+            for elapsed in latencies:
                 latency.observe(elapsed)
-        self.outcomes, self.latencies = {}, []
+        self.outcomes, self.latencies = {}, {}
 
     def summary(self, claimed: int) -> None:
         if not log.isEnabledFor(logging.INFO):
@@ -380,7 +382,7 @@ class _Sends:
         outcome = await _call(self.provider, self.calls, message, context, self.unknown)
         # A send that will be retried keeps its claim on the secret, so the retry still sends the
         # reset email; the values went nowhere but the provider.
-        return Result(prepared, outcome)
+        return Result(prepared, outcome, provider=outcome.provider or self.provider.name)
 
 
 async def _call(
@@ -409,18 +411,24 @@ async def _call(
         # attributes were measurable work per call for nothing.
         outcome, label = await _send(provider, message, unknown)
     elapsed = time.perf_counter() - started
-    calls.add(label, elapsed)
-    level = logging.DEBUG if outcome.outcome != "failed" else logging.WARNING
+    name = outcome.provider or provider.name
+    calls.add(name, label, elapsed)
+    level = (
+        logging.DEBUG
+        if outcome.outcome != "failed" and not outcome.passed_over
+        else logging.WARNING
+    )
     if log.isEnabledFor(level):
         log.log(
             level,
-            "delivery %s via %s: %s%s in %.0f ms",
+            "delivery %s via %s: %s%s%s in %.0f ms",
             context["public_id"],
-            provider.name,
+            name,
             label,
             f" ({outcome.error_code})" if outcome.error_code else "",
+            f" after passing over {', '.join(outcome.passed_over)}" if outcome.passed_over else "",
             elapsed * 1000,
-            extra={"channel": provider.channel, "provider": provider.name, "outcome": label},
+            extra={"channel": provider.channel, "provider": name, "outcome": label},
         )
     return outcome
 

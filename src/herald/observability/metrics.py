@@ -25,7 +25,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,23 @@ PROVIDER_LATENCY = Histogram(
     "How long one provider call took, by channel and provider.",
     ["channel", "provider"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+PROVIDER_FAILOVERS = Counter(
+    "herald_provider_failovers_total",
+    "Sends a channel's provider passed to the next provider of its list (HERALD_EMAIL_PROVIDERS, "
+    "HERALD_SMS_PROVIDERS), by channel, the provider passed over and why: provider (it certainly "
+    "did not take the message: refused, unreachable, 429/503), destination (it cannot serve "
+    "that destination) or circuit_open.",
+    ["channel", "provider", "reason"],
+)
+# 1 while the provider's circuit is open or half-open (sends pass it by), 0 while closed; across
+# processes the highest live value, so 1 means at least one worker is routing around it.
+PROVIDER_CIRCUIT_OPEN = Gauge(
+    "herald_provider_circuit_open",
+    "1 while a failover provider's circuit is open or half-open in some live process (its sends "
+    "go to the next provider), 0 while closed; by channel and provider.",
+    ["channel", "provider"],
+    multiprocess_mode="livemax",
 )
 LEASE_EXPIRIES = Counter(
     "herald_lease_expiries_reclaimed_total",
@@ -83,9 +107,11 @@ HTTP_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
-COUNTED: tuple[Counter | Histogram, ...] = (
+COUNTED: tuple[Counter | Histogram | Gauge, ...] = (
     PROVIDER_CALLS,
     PROVIDER_LATENCY,
+    PROVIDER_FAILOVERS,
+    PROVIDER_CIRCUIT_OPEN,
     LEASE_EXPIRIES,
     FANOUT_ROWS,
     WEBHOOK_MESSAGES,
