@@ -93,11 +93,15 @@ class SmtpTestServer:
 
 @contextmanager
 def smtp_server(
-    credentials: tuple[str, str] | None = None, *, handler: SmtpRecordingHandler | None = None
+    credentials: tuple[str, str] | None = None,
+    *,
+    handler: SmtpRecordingHandler | None = None,
+    port: int | None = None,
 ) -> Iterator[SmtpTestServer]:
-    """A real SMTP server (aiosmtpd, no TLS) on 127.0.0.1 and a free port. With `credentials`
-    it offers AUTH (over plain text: this is a test) and accepts only that username/password.
-    `handler` lets a test configure the recording handler (a delay, refusals) up front."""
+    """A real SMTP server (aiosmtpd, no TLS) on 127.0.0.1 and a free port (or `port`: a server
+    that comes back where a stopped one was). With `credentials` it offers AUTH (over plain
+    text: this is a test) and accepts only that username/password. `handler` lets a test
+    configure the recording handler (a delay, refusals) up front."""
     handler = handler or SmtpRecordingHandler()
     auth: dict[str, Any] = {}
     if credentials is not None:
@@ -118,7 +122,7 @@ def smtp_server(
             return AuthResult(success=ok, handled=False)
 
         auth = {"authenticator": authenticator, "auth_require_tls": False}
-    controller = Controller(handler, hostname="127.0.0.1", port=smtp_free_port(), **auth)
+    controller = Controller(handler, hostname="127.0.0.1", port=port or smtp_free_port(), **auth)
     controller.start()
     try:
         yield SmtpTestServer(controller.hostname, controller.port, handler)

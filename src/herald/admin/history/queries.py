@@ -22,6 +22,7 @@ from herald.db import schema as s
 
 e = s.notification_event
 d = s.notification_delivery
+a = s.notification_delivery_attempt
 
 # The event columns history may read: identity, classification, timing and fan-out progress.
 _EVENT_COLUMNS = (
@@ -187,6 +188,14 @@ async def list_deliveries(
                 s.notification_delivery_attempt.c.outcome == "skipped",
             )
             .label("provider_was_mock"),
+            # The provider of the latest attempt (failover: which of the channel's providers
+            # answered last), from the attempt's delivery index within the delivery's month.
+            select(a.c.provider)
+            .where(a.c.delivery_id == d.c.id, a.c.occurred_at == d.c.occurred_at)
+            .order_by(a.c.attempt_number.desc(), a.c.id.desc())
+            .limit(1)
+            .scalar_subquery()
+            .label("provider"),
         )
         .select_from(d.outerjoin(original, original.c.id == d.c.replay_of_delivery_id))
         .where(*where)

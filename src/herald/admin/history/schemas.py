@@ -57,6 +57,9 @@ class HistoryDelivery(_Model):
     skipped_at: datetime | None
     dead_at: datetime | None
     last_error: str | None
+    # The provider of the latest attempt (`smtp`, `resend`, `aakash`…; with failover, the one of
+    # the channel's providers that answered); None before any attempt, or before Herald kept it.
+    provider: str | None
     provider_message_id: str | None
     template_version: int | None
     rendered_hash: str | None

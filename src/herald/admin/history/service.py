@@ -209,6 +209,7 @@ def _history_delivery(row: Mapping[str, Any]) -> HistoryDelivery:
         skipped_at=row["skipped_at"],
         dead_at=row["dead_at"],
         last_error=row["last_error"],
+        provider=row["provider"],
         provider_message_id=row["provider_message_id"],
         template_version=row["template_version"],
         rendered_hash=row["rendered_hash"],

@@ -121,6 +121,8 @@ async def attempts(
             a.c.error_code,
             a.c.retry_delay_seconds,
             a.c.created_at,
+            a.c.provider,
+            a.c.passed_over,
         )
         .where(a.c.tenant_id == tenant_id, a.c.delivery_id.in_(list(delivery_ids)))
         .order_by(a.c.delivery_id, a.c.created_at, a.c.id)

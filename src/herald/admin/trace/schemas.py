@@ -28,6 +28,12 @@ AudienceReason = Literal[
 ]
 
 
+class TracePassedOver(_Model):
+    provider: str
+    # Why: `circuit_open`, or the error code of a failure that certainly sent nothing.
+    reason: str
+
+
 class TraceAttempt(_Model):
     number: int
     at: datetime
@@ -37,6 +43,11 @@ class TraceAttempt(_Model):
     # The provider's error code only, never its detail.
     error_code: str | None
     retry_delay_seconds: int | None
+    # The provider that answered (`smtp`, `smtp_backup`, `resend`, `aakash`, `twilio`, `mock`…);
+    # None for attempts recorded before Herald kept it, or when every provider's circuit was open.
+    provider: str | None
+    # The providers passed over in this attempt before `provider` answered (failover).
+    passed_over: list[TracePassedOver]
 
 
 class TraceDelivery(_Model):

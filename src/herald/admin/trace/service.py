@@ -43,6 +43,7 @@ from herald.admin.trace.schemas import (
     RecipientTrace,
     TraceAttempt,
     TraceDelivery,
+    TracePassedOver,
 )
 from herald.auth.service import Operator
 from herald.errors import EventNotFound, NotFound, PersonNotFound
@@ -66,6 +67,13 @@ def _attempt(row: Mapping[str, Any]) -> TraceAttempt:
         provider_status=row["provider_status"],
         error_code=error_code_of(row["error_code"]),
         retry_delay_seconds=row["retry_delay_seconds"],
+        provider=row["provider"],
+        passed_over=[
+            TracePassedOver(provider=name, reason=reason)
+            for name, _, reason in (
+                entry.partition(":") for entry in (row["passed_over"] or "").split(",") if entry
+            )
+        ],
     )
 
 
