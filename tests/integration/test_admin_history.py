@@ -513,7 +513,7 @@ async def test_deliveries_of_an_event(
     assert all(item["status"] == "delivered" and item["renderedHash"] for item in in_app)
     assert set(items[0]) == {
         "id", "channel", "status", "attempts", "failureCount", "leaseExpiryCount", "queuedAt",
-        "sentAt", "deliveredAt", "failedAt", "skippedAt", "deadAt", "lastError",
+        "sentAt", "deliveredAt", "failedAt", "skippedAt", "deadAt", "lastError", "provider",
         "providerMessageId", "templateVersion", "renderedHash", "replayOfDeliveryId",
         "reasonCode", "reason",
     }  # fmt: skip
