@@ -404,7 +404,14 @@ async def _call(
         ) as current:
             outcome, label = await _send(provider, message, unknown)
             tracing.set_attributes(
-                current, **{"herald.outcome": label, "herald.error_code": outcome.error_code}
+                current,
+                **{
+                    "herald.outcome": label,
+                    "herald.error_code": outcome.error_code,
+                    # A failover provider's member that answered, and those passed over.
+                    "herald.provider_used": outcome.provider,
+                    "herald.passed_over": ",".join(outcome.passed_over) or None,
+                },
             )
     else:
         # With tracing off no span is opened at all: the no-op context manager and its
@@ -413,11 +420,7 @@ async def _call(
     elapsed = time.perf_counter() - started
     name = outcome.provider or provider.name
     calls.add(name, label, elapsed)
-    level = (
-        logging.DEBUG
-        if outcome.outcome != "failed" and not outcome.passed_over
-        else logging.WARNING
-    )
+    level = _log_level(outcome)
     if log.isEnabledFor(level):
         log.log(
             level,
@@ -431,6 +434,17 @@ async def _call(
             extra={"channel": provider.channel, "provider": name, "outcome": label},
         )
     return outcome
+
+
+def _log_level(outcome: ProviderOutcome) -> int:
+    """A failure at WARNING; a send that failed over from a provider that was called at INFO (that
+    provider logged its own failure); anything else, passing open circuits by included, at DEBUG:
+    an outage of the first provider must not write a line per send (its circuit says it once)."""
+    if outcome.outcome == "failed":
+        return logging.WARNING
+    if any(not entry.endswith(":circuit_open") for entry in outcome.passed_over):
+        return logging.INFO
+    return logging.DEBUG
 
 
 async def _send(provider: Provider, message: Message, unknown: str) -> tuple[ProviderOutcome, str]:
