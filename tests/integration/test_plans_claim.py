@@ -264,7 +264,17 @@ def _outcomes(conn: psycopg.Connection[Any]) -> OutcomeRows:
         rows.failure_incs.append(0)
         rows.called.append(True)
         rows.outcomes.append("sent")
-        for name in ("delays", "errors", "message_ids", "hints", "titles", "bodies", "hashes"):
+        rows.providers.append("smtp")
+        for name in (
+            "delays",
+            "errors",
+            "message_ids",
+            "hints",
+            "titles",
+            "bodies",
+            "hashes",
+            "passed_over",
+        ):
             getattr(rows, name).append(None)
         rows.template_versions.append(None)
         rows.provider_statuses.append(None)
