@@ -19,7 +19,7 @@ import logging
 import re
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiosmtplib
@@ -45,8 +45,8 @@ class SmtpServer:
     host: str | None
     port: int
     username: str | None
-    password: str | None
-    starttls: bool
+    password: str | None = field(repr=False)  # never in a log line or a traceback's locals
+    starttls: bool = True
 
     @staticmethod
     def primary(settings: Settings) -> SmtpServer:
