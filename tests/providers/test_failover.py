@@ -8,10 +8,14 @@ circuit is open; an ambiguous failure and a verdict on the message stay with the
 
 from __future__ import annotations
 
+import asyncio
+import email
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from typing_extensions import override
 
 from herald.channels.aakash import AakashSmsProvider
 from herald.channels.base import Message
@@ -28,6 +32,7 @@ from tests.providers.servers import (
     TWILIO_SID,
     TWILIO_TOKEN,
     AakashReply,
+    SmtpReceived,
     SmtpRecordingHandler,
     SmtpTestServer,
     aakash_server,
@@ -169,6 +174,45 @@ async def test_a_timeout_after_data_is_not_failed_over(second: SmtpTestServer) -
     assert second.handler.received == []
     # It counts against the first provider's circuit all the same.
     assert provider.circuits["smtp"].failures == 1
+
+
+@dataclass
+class KeepsThenAnswersLate(SmtpRecordingHandler):
+    """A server that queues the message at once and answers DATA only after the client gave up
+    waiting: what an overloaded relay does."""
+
+    @override
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.received.append(
+            SmtpReceived(envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content))
+        )
+        await asyncio.sleep(2.0)
+        return "250 2.0.0 queued"
+
+
+async def test_the_one_duplicate_case_an_ambiguous_failure_retried_through_the_next_provider(
+    second: SmtpTestServer,
+) -> None:
+    """docs/sending-and-delivery.md, "When a duplicate is possible": the first server takes the
+    message but answers too late (ambiguous), which opens its circuit; the delivery's retry finds
+    it open and goes to the second. The first had queued it after all: the recipient has two
+    copies — with the same Message-ID, so a mail client can tell."""
+    with smtp_server(handler=KeepsThenAnswersLate()) as first:
+        settings = smtp_settings(
+            first.port,
+            second.port,
+            provider_read_timeout_seconds=0.5,
+            provider_circuit_failures=1,
+        )
+        provider = two_smtp(settings, Clock())
+        attempt = await provider.send(email_message("delivery-7"))
+        assert attempt.outcome == "failed" and attempt.retryable and attempt.provider == "smtp"
+        retry = await provider.send(email_message("delivery-7"))
+        assert retry.outcome == "sent" and retry.provider == "smtp_backup"
+        assert retry.passed_over == ("smtp:circuit_open",)
+    copies = [*first.handler.received, *second.handler.received]
+    ids = {email.message_from_bytes(c.content)["Message-ID"] for c in copies}
+    assert len(copies) == 2 and len(ids) == 1
 
 
 async def test_a_permanent_rejection_is_not_failed_over(second: SmtpTestServer) -> None:
