@@ -12,7 +12,7 @@ open. Everything else ends the attempt with that provider's answer:
 - a verdict on the message itself (an invalid address, content refused), never retried elsewhere;
 - an ambiguous failure (a timeout or a lost connection once the message was handed over): the
   provider may have queued it, so it is a retryable failure of that provider, retried after the
-  backoff like any other. This is the one place a duplicate is possible: if by then the circuit
+  backoff like any other. This is the one duplicate failover can add: if by then the circuit
   of that provider is open, the retry goes to the next provider, and the recipient may get the
   message from both (docs/sending-and-delivery.md, "Provider failover").
 
