@@ -82,3 +82,16 @@ def test_importing_herald_starts_nothing() -> None:
         "assert threading.active_count() == 1, threading.enumerate()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_herald_dev_keeps_a_failover_list_and_mocks_the_rest() -> None:
+    """`herald dev` mocks each channel left unset; a channel with HERALD_*_PROVIDERS is set."""
+    from herald.demo.dev import DevState, dev_settings
+
+    settings = dev_settings(
+        Settings(email_providers="smtp,smtp_backup", smtp_host="a", smtp_backup_host="b"),
+        DevState(),
+    )
+    providers = build_providers(settings)
+    assert providers["email"].name == "smtp+smtp_backup"
+    assert providers["sms"].is_mock and providers["push"].is_mock

@@ -91,7 +91,9 @@ def dev_settings(settings: Settings, state: DevState) -> Settings:
     if settings.followup_sweep_seconds is None:
         update["followup_sweep_seconds"] = DEMO_SWEEP_SECONDS
     for channel in MOCKED_CHANNELS:
-        if getattr(settings, f"{channel}_provider") is None:
+        # A failover list (HERALD_EMAIL_PROVIDERS, HERALD_SMS_PROVIDERS) is a provider set too.
+        listed = getattr(settings, f"{channel}_providers", "")
+        if getattr(settings, f"{channel}_provider") is None and not listed:
             update[f"{channel}_provider"] = "mock"
     return settings.model_copy(update=update)
 
