@@ -22,7 +22,6 @@ from herald.auth.service import Actor, sign_token
 from herald.config import Settings
 from herald.db import schema as s
 from herald.devices import service
-from herald.devices.schemas import DeviceRegistration
 from herald.errors import DeviceLimitReached
 from herald.kinds import Registry
 from herald.vocabulary import Platform
@@ -62,8 +61,8 @@ def actor_of(tenant: str, person: seed.Person) -> Actor:
     )
 
 
-def body(token: str, platform: Platform = "android") -> DeviceRegistration:
-    return DeviceRegistration(token=token, platform=platform)
+def body(token: str, platform: Platform = "android") -> service.Target:
+    return service.Target(token, platform, None)
 
 
 async def rows(engine: AsyncEngine, tenant: str, token: str | None = None) -> list[dict[str, Any]]:

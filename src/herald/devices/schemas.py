@@ -23,14 +23,39 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+# base64url without padding (what PushSubscription.toJSON() gives), padding tolerated.
+KEY_PATTERN = r"^[A-Za-z0-9_-]+={0,2}$"
+
+
+class SubscriptionKeys(_Model):
+    """A Web Push subscription's keys, as the browser's PushSubscription.toJSON() has them."""
+
+    p256dh: Annotated[str, Field(min_length=1, max_length=200, pattern=KEY_PATTERN)]
+    auth: Annotated[str, Field(min_length=1, max_length=100, pattern=KEY_PATTERN)]
+
+
 class DeviceRegistration(_Model):
     """The body of POST /v1/me/devices. It has no user or device id: the owner is always the
-    verified token's subject (R-DEVICE-6, R-DEVICE-11), and `extra="forbid"` refuses one."""
+    verified token's subject (R-DEVICE-6, R-DEVICE-11), and `extra="forbid"` refuses one.
+
+    A phone sends its push token; a browser (platform `webpush`) sends its subscription as
+    PushSubscription.toJSON() gives it, `endpoint` and `keys`, and no token."""
 
     # A NUL byte would be refused by PostgreSQL as a 500; surrounding blanks would make one
     # device look like two. Refused (422) rather than silently rewritten.
-    token: Annotated[str, Field(min_length=1, max_length=TOKEN_MAX_LENGTH, pattern=TOKEN_PATTERN)]
+    token: (
+        Annotated[str, Field(min_length=1, max_length=TOKEN_MAX_LENGTH, pattern=TOKEN_PATTERN)]
+        | None
+    ) = None
     platform: Platform
+    endpoint: (
+        Annotated[str, Field(min_length=1, max_length=TOKEN_MAX_LENGTH, pattern=TOKEN_PATTERN)]
+        | None
+    ) = None
+    keys: SubscriptionKeys | None = None
+    # PushSubscription.toJSON() carries it; Herald keeps no expiry of its own (a dead
+    # subscription is found by the push service's 404/410).
+    expiration_time: int | None = None
 
 
 class Device(_Model):
@@ -49,3 +74,8 @@ class DeviceItem(_Model):
 
 class DeviceList(_Model):
     items: list[DeviceItem]
+
+
+class VapidPublicKey(_Model):
+    # base64url, no padding: the uncompressed P-256 point.
+    public_key: str
