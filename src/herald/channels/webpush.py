@@ -116,12 +116,16 @@ def payload(message: Message) -> bytes:
     if message.kind:
         document["kind"] = message.kind
     encoded = json.dumps(document, ensure_ascii=False).encode()
-    while len(encoded) > MAX_PAYLOAD_BYTES and document["body"]:
-        over = len(encoded) - MAX_PAYLOAD_BYTES
-        document["body"] = document["body"][: max(0, len(document["body"]) - over - 1)] + "…"
-        if len(document["body"]) <= 1:
-            document["body"] = ""
-        encoded = json.dumps(document, ensure_ascii=False).encode()
+    over = len(encoded) - MAX_PAYLOAD_BYTES
+    if over > 0:
+        # Cut the body's UTF-8 by what is over (plus the ellipsis), never inside a character; a
+        # character JSON escapes (a quote, a newline) takes more room than its UTF-8, so repeat.
+        body = document["body"].encode()
+        while over > 0 and body:
+            body = body[: max(0, len(body) - over - 3)]
+            document["body"] = body.decode(errors="ignore") + "…"
+            encoded = json.dumps(document, ensure_ascii=False).encode()
+            over = len(encoded) - MAX_PAYLOAD_BYTES
     return encoded
 
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from herald.vocabulary import Platform
@@ -56,6 +56,15 @@ class DeviceRegistration(_Model):
     # PushSubscription.toJSON() carries it; Herald keeps no expiry of its own (a dead
     # subscription is found by the push service's 404/410).
     expiration_time: int | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> DeviceRegistration:
+        if self.platform == "webpush":
+            if self.token is not None or self.endpoint is None or self.keys is None:
+                raise ValueError("platform webpush takes endpoint and keys, not token")
+        elif self.token is None or self.endpoint is not None or self.keys is not None:
+            raise ValueError(f"platform {self.platform} takes token, not endpoint or keys")
+        return self
 
 
 class Device(_Model):

@@ -63,14 +63,10 @@ async def checked_target(body: DeviceRegistration, settings: Settings) -> Target
     must decode to a P-256 point and a 16-byte secret, and its endpoint must be https to a public
     address (herald.channels.destination, as for webhooks): checked here, before anything is
     written, and again before every send."""
-    if body.platform != "webpush":
-        if body.token is None or body.endpoint is not None or body.keys is not None:
-            raise PushSubscriptionInvalid(
-                f"platform {body.platform} takes a token, and no endpoint or keys"
-            )
+    # The schema has already refused a body of the wrong shape for its platform.
+    if body.platform != "webpush" or body.endpoint is None or body.keys is None:
+        assert body.token is not None
         return Target(body.token, body.platform, None)
-    if body.token is not None or body.endpoint is None or body.keys is None:
-        raise PushSubscriptionInvalid("platform webpush takes an endpoint and keys, not a token")
     p256dh, auth = _decoded(body.keys.p256dh), _decoded(body.keys.auth)
     if p256dh is None or len(p256dh) != 65 or p256dh[0] != 4:
         raise PushSubscriptionInvalid("keys.p256dh must be a 65-byte uncompressed P-256 point")
@@ -81,6 +77,11 @@ async def checked_target(body: DeviceRegistration, settings: Settings) -> Target
     if auth is None or len(auth) != 16:
         raise PushSubscriptionInvalid("keys.auth must be 16 bytes")
     try:
+        if (
+            destination.parse(body.endpoint).scheme != "https"
+            and not settings.webhook_allow_loopback
+        ):
+            raise destination.WebhookUrlInvalid()
         await destination.resolve(body.endpoint, settings)
     except destination.WebhookUrlInvalid:
         raise PushSubscriptionInvalid("endpoint must be an absolute https URL") from None
