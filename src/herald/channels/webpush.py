@@ -34,7 +34,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 import httpx
-from cryptography.fernet import InvalidToken
+from cryptography.fernet import InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid02
@@ -96,6 +96,33 @@ def load_or_create_vapid(settings: Settings) -> Vapid02:
             "(HERALD_VAULT_KEY or HERALD_VAULT_OLD_KEYS)"
         ) from None
     return Vapid02.from_pem(pem)
+
+
+def rotate_key_file(settings: Settings, ring: MultiFernet) -> bool:
+    """Re-encrypt the VAPID key file under `ring`'s first key (`herald vault rotate-key`); False
+    when there is no file. The key pair itself is unchanged, so no browser subscribes again. The
+    new file replaces the old one whole (written beside it, then renamed)."""
+    path = key_file(settings)
+    if not path.exists():
+        return False
+    try:
+        rotated = ring.rotate(path.read_bytes().strip())
+    except InvalidToken:
+        raise ConfigurationError(
+            f"{path}: the Web Push key file opens under neither the new nor an old vault key"
+        ) from None
+    fd, staging = tempfile.mkstemp(prefix=f".{KEY_FILE_NAME}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(rotated)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
+        raise
+    return True
 
 
 def public_key(vapid: Vapid02) -> str:
