@@ -299,7 +299,6 @@ class PushSubscriptionInvalid(ValidationFailed):
     65 bytes) and auth (16 bytes), each base64url; other platforms take a token and no keys."""
 
     code = "PUSH_SUBSCRIPTION_INVALID"
-    status = 422
 
 
 class PushEndpointForbidden(ValidationFailed):
@@ -307,7 +306,6 @@ class PushEndpointForbidden(ValidationFailed):
     does not resolve."""
 
     code = "PUSH_ENDPOINT_FORBIDDEN"
-    status = 422
 
 
 class WebPushNotConfigured(NotFound):

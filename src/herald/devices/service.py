@@ -27,7 +27,13 @@ from herald.auth.service import Actor
 from herald.channels import destination
 from herald.config import Settings
 from herald.devices import queries
-from herald.devices.schemas import Device, DeviceItem, DeviceList, DeviceRegistration
+from herald.devices.schemas import (
+    Device,
+    DeviceItem,
+    DeviceList,
+    DeviceRegistration,
+    TokenRegistration,
+)
 from herald.errors import (
     DeviceLimitReached,
     DeviceNotFound,
@@ -59,18 +65,17 @@ class Target:
 
 
 async def checked_target(body: DeviceRegistration, settings: Settings) -> Target:
-    """The registration's target, or a 422 saying what is wrong. A browser subscription's keys
+    """The registration's target, or a 400 saying what is wrong. A browser subscription's keys
     must decode to a P-256 point and a 16-byte secret, and its endpoint must be https to a public
     address (herald.channels.destination, as for webhooks): checked here, before anything is
     written, and again before every send."""
-    # The schema has already refused a body of the wrong shape for its platform.
-    if body.platform != "webpush" or body.endpoint is None or body.keys is None:
-        assert body.token is not None
+    if isinstance(body, TokenRegistration):
         return Target(body.token, body.platform, None)
     p256dh, auth = _decoded(body.keys.p256dh), _decoded(body.keys.auth)
     if p256dh is None or len(p256dh) != 65 or p256dh[0] != 4:
         raise PushSubscriptionInvalid("keys.p256dh must be a 65-byte uncompressed P-256 point")
     try:
+        # The pattern cannot say the point is on the curve.
         ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), p256dh)
     except ValueError:
         raise PushSubscriptionInvalid("keys.p256dh is not a point on P-256") from None
