@@ -95,13 +95,27 @@ async def guardian(conn: AsyncConnection, tenant: str, student_id: int, guardian
 
 
 async def push_token(
-    conn: AsyncConnection, tenant: str, person_id: int, token: str, platform: str = "android"
+    conn: AsyncConnection,
+    tenant: str,
+    person_id: int,
+    token: str,
+    platform: str = "android",
+    keys: tuple[str, str] | None = None,
 ) -> int:
+    """A live device; for platform webpush `token` is the endpoint and `keys` (p256dh, auth)."""
+    p256dh, auth = keys or (None, None)
     return int(
         (
             await conn.execute(
                 insert(s.notification_push_token)
-                .values(tenant_id=tenant, person_id=person_id, token=token, platform=platform)
+                .values(
+                    tenant_id=tenant,
+                    person_id=person_id,
+                    token=token,
+                    platform=platform,
+                    webpush_p256dh=p256dh,
+                    webpush_auth=auth,
+                )
                 .returning(s.notification_push_token.c.id)
             )
         ).scalar_one()

@@ -299,6 +299,18 @@ class Settings(BaseSettings):
     """Push: fcm | mock."""
     fcm_token_url: str = "https://oauth2.googleapis.com/token"
     """Push: fcm | mock."""
+    # Browser Web Push (RFC 8030) with VAPID (RFC 8292): devices registered with platform
+    # "webpush" are sent through their push service, the others through FCM.
+    webpush_vapid_subject: str | None = None
+    """Web Push: the VAPID subject push services may contact (a `mailto:` address or an
+    `https:` URL). Set: Web Push is configured. Unset: webpush devices are skipped unconfigured.
+    """
+    webpush_vapid_key_file: Path | None = None
+    """Web Push: the VAPID key pair, its private key encrypted with the vault key. Unset:
+    <HERALD_DATA_DIR>/webpush-vapid.key, created on first use. Every node must share one file.
+    """
+    webpush_ttl_seconds: int = Field(default=86_400, ge=0, le=2_419_200)
+    """Web Push: how long the push service keeps a message for an offline browser. 0..2419200 s."""
 
     # Telegram.
     telegram_provider: Literal["telegram", "mock"] | None = None
@@ -558,6 +570,17 @@ class Settings(BaseSettings):
                     f"HERALD_VAULT_OLD_KEYS: entry {position} is not a Fernet key "
                     "(urlsafe base64 of 32 bytes)"
                 ) from None
+        return value
+
+    @field_validator("webpush_vapid_subject")
+    @classmethod
+    def _vapid_subject(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not (value.startswith("mailto:") and "@" in value) and not value.startswith("https://"):
+            raise ValueError(
+                "HERALD_WEBPUSH_VAPID_SUBJECT must be a mailto: address or an https: URL"
+            )
         return value
 
     @property

@@ -294,6 +294,26 @@ class DeviceLimitReached(Conflict):
     code = "NOTIFICATION_DEVICE_LIMIT_REACHED"
 
 
+class PushSubscriptionInvalid(ValidationFailed):
+    """A Web Push subscription needs an https endpoint and its keys: p256dh (a P-256 public key,
+    65 bytes) and auth (16 bytes), each base64url; other platforms take a token and no keys."""
+
+    code = "PUSH_SUBSCRIPTION_INVALID"
+
+
+class PushEndpointForbidden(ValidationFailed):
+    """The Web Push endpoint resolves to a private, loopback, link-local or metadata address, or
+    does not resolve."""
+
+    code = "PUSH_ENDPOINT_FORBIDDEN"
+
+
+class WebPushNotConfigured(NotFound):
+    """Web Push is not configured on this Herald (HERALD_WEBPUSH_VAPID_SUBJECT)."""
+
+    code = "WEBPUSH_NOT_CONFIGURED"
+
+
 class DeviceRegistrationConflict(Conflict):
     """The token was being registered concurrently; try again."""
 

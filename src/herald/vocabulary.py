@@ -81,7 +81,7 @@ AUDIENCE_KINDS: Final[tuple[str, ...]] = get_args(AudienceKind)
 # Kinds that name people explicitly and are capped at MAX_EXPLICIT_RECIPIENTS.
 EXPLICIT_AUDIENCE_KINDS: Final[tuple[str, ...]] = ("users", "guardians_of_users")
 
-Platform = Literal["android", "ios", "web"]
+Platform = Literal["android", "ios", "web", "webpush"]
 PLATFORMS: Final[tuple[str, ...]] = get_args(Platform)
 
 InvalidationReason = Literal["replaced", "unregistered", "user_logout", "invalid", "limit"]

@@ -27,7 +27,17 @@ import pytest
 from herald.auth import service as auth
 from herald.config import Settings
 from herald.db.engine import libpq_url
-from tests.e2e.harness import WAIT_MS, HeraldProcess, Tab, evidence, free_port, last_line, run_cli
+from tests.e2e.harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    WAIT_MS,
+    HeraldProcess,
+    Tab,
+    evidence,
+    free_port,
+    last_line,
+    run_cli,
+)
 
 PERSON = "widget-guardian"
 WIDGET = "document.querySelector('herald-inbox').shadowRoot"
@@ -123,7 +133,11 @@ def stack(
 ) -> Iterator[Stack]:
     origin, folder = host
     tenant = f"t-{uuid.uuid4().hex[:12]}"
-    env = {**e2e_env, "HERALD_CORS_ORIGINS": origin}
+    env = {
+        **e2e_env,
+        "HERALD_CORS_ORIGINS": origin,
+        "HERALD_WEBPUSH_VAPID_SUBJECT": "mailto:ops@school.example",
+    }
     created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
     assert created.returncode == 0, created.stderr
     key = last_line(created.stdout)
@@ -151,7 +165,16 @@ def stack(
             timeout=10,
         )
         assert put.status_code in (200, 201), put.text
-        for lang, name, extra in (("en", "index.html", ""), ("ne", "ne.html", 'page-size="2"')):
+        # The host's service worker: the one line a host adds to load Herald's push handler.
+        (folder / "herald-sw.js").write_text(
+            f"importScripts({json.dumps(stack.api_url + '/v1/widget/herald-push-sw.js')});\n",
+            "utf-8",
+        )
+        for lang, name, extra in (
+            ("en", "index.html", ""),
+            ("ne", "ne.html", 'page-size="2"'),
+            ("en", "push.html", 'inline push-worker="/herald-sw.js"'),
+        ):
             page = PAGE.format(
                 api=stack.api_url, token=json.dumps(stack.token), lang=lang, extra=extra
             )
@@ -586,3 +609,117 @@ def _wait_recipients(stack: Stack) -> int:
         "SELECT count(*) FROM notification_recipient WHERE tenant_id = %s", stack.tenant
     )
     return int(done)
+
+
+def test_browser_notifications_subscribe_through_the_hosts_service_worker(
+    stack: Stack, host: tuple[str, Path], browser: Any, tmp_path: Path
+) -> None:
+    """The preferences tab's switch asks permission, registers the host's service worker (which
+    imports Herald's handler), fetches the VAPID key and calls PushManager.subscribe with it. Where
+    Chromium reaches its push service, the subscription becomes a webpush device and the switch
+    off removes it; where it cannot (no internet here), the browser refuses the subscribe call
+    itself and the test stops there, saying so. A persistent profile: Chromium has no Push API
+    in an incognito context, which is what a fresh Playwright context is."""
+    origin, _ = host
+    worker = httpx.get(f"{stack.api_url}/v1/widget/herald-push-sw.js", timeout=10)
+    assert worker.status_code == 200
+    assert worker.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert "showNotification" in worker.text
+    context = browser.browser_type.launch_persistent_context(
+        str(tmp_path / "profile"),
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=[a for a in CHROMIUM_ARGS if a != "--disable-background-networking"],
+        viewport={"width": 1280, "height": 900},
+    )
+    try:
+        context.grant_permissions(["notifications"], origin=origin)
+        page = context.pages[0] if context.pages else context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        problems: list[str] = []
+        page.on(
+            "console",
+            lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+        )
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        # Record the subscribe call and its key before the browser answers it.
+        page.add_init_script(
+            """(() => {
+                const original = PushManager.prototype.subscribe;
+                window.subscribeCalls = [];
+                PushManager.prototype.subscribe = function (options) {
+                    const key = options && options.applicationServerKey;
+                    window.subscribeCalls.push({ userVisibleOnly: options.userVisibleOnly,
+                                                 keyLength: key ? key.byteLength : 0 });
+                    return original.call(this, options);
+                };
+                window.pushErrors = [];
+                document.addEventListener('herald-push-error',
+                                          (e) => window.pushErrors.push(e.detail), true);
+            })();"""
+        )
+        refused = _switch_browser_notifications(stack, origin, Tab(page, problems))
+    finally:
+        context.close()
+    if refused is not None:
+        pytest.skip(
+            "Chromium's push service cannot be reached from here, so it refused the subscribe "
+            f"call Herald's widget made ({refused}); the service worker, the VAPID key and the "
+            "call itself were exercised"
+        )
+
+
+def _switch_browser_notifications(stack: Stack, origin: str, tab: Tab) -> str | None:
+    """Turn the switch on (and, if that worked, off again); the browser's refusal, if any."""
+    page = tab.page
+    expected = ("status of 401", "push service", "Registration failed", "AbortError")
+    with evidence(tab, "widget-webpush", expected=expected):
+        page.goto(f"{origin}/push.html")
+        _wait_live(page)
+        page.click("#tab-prefs")
+        toggle = page.locator("#webpush-toggle")
+        assert page.locator("#webpush-label").text_content() == "Browser notifications"
+        assert not toggle.is_checked() and toggle.is_enabled()
+        toggle.click()
+        page.wait_for_function(
+            f"() => {{ const s = {WIDGET}.getElementById('webpush-status');"
+            " return s.dataset.kind === 'ok' || s.dataset.kind === 'error'; }",
+            timeout=WAIT_MS + 20_000,  # the widget gives the browser 20 s to answer
+        )
+        registered = page.evaluate(
+            "() => navigator.serviceWorker.getRegistration('/herald-sw.js')"
+            ".then((r) => Boolean(r && (r.active || r.waiting || r.installing)))"
+        )
+        assert registered, "the host's service worker was not registered"
+        calls = page.evaluate("() => window.subscribeCalls")
+        assert calls == [{"userVisibleOnly": True, "keyLength": 65}], calls
+        status = page.locator("#webpush-status")
+        devices = stack.sql(
+            "SELECT platform, token FROM notification_push_token "
+            "WHERE tenant_id = %s AND is_active",
+            stack.tenant,
+        )
+        if status.get_attribute("data-kind") == "error":
+            errors = page.evaluate("() => window.pushErrors")
+            assert devices == [] and not toggle.is_checked()
+            # Offline, Chromium either refuses at once (AbortError) or never answers, and the
+            # widget gives up after 20 s (TimeoutError).
+            [error] = errors
+            assert error["name"] in ("AbortError", "TimeoutError"), errors
+            assert (
+                status.text_content() == f"Could not change browser notifications. {error['name']}"
+            )
+            return f"{error['name']}: {error['message']}"
+        assert status.text_content() == "This browser shows your notifications."
+        [(platform, endpoint)] = devices
+        assert platform == "webpush" and endpoint.startswith("https://")
+        toggle.click()
+        page.wait_for_function(
+            f"() => {WIDGET}.getElementById('webpush-status').textContent"
+            " === 'This browser does not show your notifications.'"
+        )
+        assert stack.sql(
+            "SELECT count(*) FROM notification_push_token WHERE tenant_id = %s AND is_active",
+            stack.tenant,
+        ) == [(0,)]
+    return None

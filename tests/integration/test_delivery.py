@@ -523,6 +523,68 @@ async def test_push_token_rechecked_and_invalidated(
     assert not token_b.is_active and token_b.invalidation_reason == "unregistered"
 
 
+async def test_browsers_get_web_push_through_the_real_provider(
+    engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
+) -> None:
+    """A guardian with two browsers: the push service decrypts the rendered title and body for
+    the live one (VAPID checked); the other's 410 marks its delivery dead and deactivates the
+    device in the same send, as FCM's UNREGISTERED does (R-CHAN-16)."""
+    from herald.channels.fcm import FcmPushProvider
+    from herald.channels.push import PushProvider
+    from herald.channels.webpush import WebPushProvider
+    from tests.providers.servers import WebPushReply, webpush_server
+
+    settings = delivery_settings.model_copy(
+        update={
+            "webpush_vapid_subject": "mailto:ops@school.example",
+            "webhook_allow_loopback": True,
+        }
+    )
+    with webpush_server() as server:
+        live, gone = server.subscribe(), server.subscribe()
+        async with engine.begin() as conn:
+            group_id = await seed.group(conn, tenant, "class-7a")
+            pupil = await seed.person(conn, tenant, "s0")
+            parent = await seed.person(conn, tenant, "g0")
+            await seed.member(conn, tenant, group_id, pupil.id)
+            await seed.guardian(conn, tenant, pupil.id, parent.id)
+            live_id = await seed.push_token(
+                conn, tenant, parent.id, live.endpoint, "webpush", (live.p256dh, live.auth_b64)
+            )
+            gone_id = await seed.push_token(
+                conn, tenant, parent.id, gone.endpoint, "webpush", (gone.p256dh, gone.auth_b64)
+            )
+        await send_event(engine, tenant, channels=["push"])
+        await run_to_completion(engine, tenant)
+
+        class GoneFor(WebPushProvider):
+            async def send(self, message: Message) -> ProviderOutcome:
+                if message.to == gone.endpoint:
+                    server.reply_with(WebPushReply(410))
+                return await super().send(message)
+
+        provider = PushProvider(FcmPushProvider(settings), GoneFor(settings))
+        try:
+            await deliver(engine, provider, vault, settings, tenant)()
+        finally:
+            await provider.aclose()
+    assert server.refused == []
+    [push] = server.received
+    assert push.path == live.endpoint.removeprefix(server.origin)
+    document = push.json()
+    assert document["title"] and document["body"]
+    rows = {r["provider_target_id"]: r for r in await delivery_rows(engine, tenant)}
+    assert rows[live_id]["status"] == "sent" and rows[gone_id]["status"] == "dead"
+    assert rows[gone_id]["last_error"].startswith("PUSH_TOKEN_INVALID")
+    async with engine.connect() as conn:
+        device = (
+            await conn.execute(
+                select(s.notification_push_token).where(s.notification_push_token.c.id == gone_id)
+            )
+        ).one()
+    assert not device.is_active and device.invalidation_reason == "unregistered"
+
+
 async def test_replay(
     engine: AsyncEngine, tenant: str, vault: Vault, delivery_settings: Settings
 ) -> None:

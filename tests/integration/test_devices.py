@@ -7,6 +7,8 @@ invalidation and the partial unique reads notification_push_token itself.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -22,7 +24,6 @@ from herald.auth.service import Actor, sign_token
 from herald.config import Settings
 from herald.db import schema as s
 from herald.devices import service
-from herald.devices.schemas import DeviceRegistration
 from herald.errors import DeviceLimitReached
 from herald.kinds import Registry
 from herald.vocabulary import Platform
@@ -62,8 +63,8 @@ def actor_of(tenant: str, person: seed.Person) -> Actor:
     )
 
 
-def body(token: str, platform: Platform = "android") -> DeviceRegistration:
-    return DeviceRegistration(token=token, platform=platform)
+def body(token: str, platform: Platform = "android") -> service.Target:
+    return service.Target(token, platform, None)
 
 
 async def rows(engine: AsyncEngine, tenant: str, token: str | None = None) -> list[dict[str, Any]]:
@@ -629,3 +630,140 @@ async def test_the_cap_holds_under_concurrent_registrations(
     live = [r["token"] for r in await rows(engine, tenant) if r["is_active"]]
     assert len(live) == 3
     assert live[:2] == ["slot-1", "slot-2a"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Browser Web Push subscriptions
+
+
+def subscription_body(endpoint: str = "https://127.0.0.1/push/abc", **keys: str) -> dict[str, Any]:
+    """A PushSubscription.toJSON() with real keys (a P-256 point, 16 bytes), platform webpush."""
+    from tests.providers.servers import webpush_subscription
+
+    browser = webpush_subscription(endpoint)
+    return {
+        "platform": "webpush",
+        "endpoint": endpoint,
+        "expirationTime": None,
+        "keys": {"p256dh": browser.p256dh, "auth": browser.auth_b64} | keys,
+    }
+
+
+@pytest.fixture
+async def loopback_client(
+    settings: Settings, engine: AsyncEngine, registry: Registry, tmp_path: Any
+) -> AsyncIterator[AsyncClient]:
+    """Loopback endpoints allowed (as `herald dev` does) and Web Push configured."""
+    app = create_app(
+        settings.model_copy(
+            update={
+                "webhook_allow_loopback": True,
+                "webpush_vapid_subject": "mailto:ops@school.example",
+                "data_dir": tmp_path,
+            }
+        ),
+        engine,
+        registry,
+    )
+    async with AsyncClient(transport=ASGITransport(app=app), base_url="http://herald.test") as http:
+        yield http
+
+
+async def test_a_browser_subscription_is_a_device_with_its_keys(
+    loopback_client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    alice = await new_person(engine, tenant)
+    headers = auth(settings, tenant, alice)
+    sent = subscription_body()
+    response = await loopback_client.post(BASE, json=sent, headers=headers)
+    assert response.status_code == 201, response.text
+    assert response.json()["platform"] == "webpush"
+    [row] = await rows(engine, tenant)
+    assert (row["token"], row["webpush_p256dh"], row["webpush_auth"]) == (
+        sent["endpoint"],
+        sent["keys"]["p256dh"],
+        sent["keys"]["auth"],
+    )
+    # The browser re-subscribes to the same endpoint with new keys: a touch that keeps them.
+    again = subscription_body()
+    response = await loopback_client.post(BASE, json=again, headers=headers)
+    assert response.status_code == 200
+    [row] = await rows(engine, tenant)
+    assert row["webpush_p256dh"] == again["keys"]["p256dh"] and row["is_active"]
+    # Listed like any device, without its endpoint or keys.
+    listed = (await loopback_client.get(BASE, headers=headers)).json()["items"]
+    assert [d["platform"] for d in listed] == ["webpush"]
+    assert sent["endpoint"] not in json.dumps(listed)
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "code"),
+    [
+        ({"endpoint": "http://push.example/sub"}, 400, "PUSH_SUBSCRIPTION_INVALID"),
+        ({"endpoint": "ftp://push.example/sub"}, 400, "PUSH_SUBSCRIPTION_INVALID"),
+        ({"endpoint": "https://10.0.0.7/sub"}, 400, "PUSH_ENDPOINT_FORBIDDEN"),
+        ({"endpoint": "https://169.254.169.254/latest"}, 400, "PUSH_ENDPOINT_FORBIDDEN"),
+        ({"endpoint": "https://127.0.0.1/sub"}, 400, "PUSH_ENDPOINT_FORBIDDEN"),
+        ({"endpoint": "https://does-not-exist.invalid/sub"}, 400, "PUSH_ENDPOINT_FORBIDDEN"),
+        (
+            {"keys": {"p256dh": "B" + "A" * 86, "auth": "A" * 22}},
+            400,
+            "PUSH_SUBSCRIPTION_INVALID",
+        ),
+        ({"keys": {"p256dh": "BAAA", "auth": "A" * 22}}, 422, "REQUEST_MALFORMED"),
+        ({"keys": "short-auth"}, 422, "REQUEST_MALFORMED"),
+        ({"keys": None}, 422, "REQUEST_MALFORMED"),
+        ({"endpoint": None}, 422, "REQUEST_MALFORMED"),
+        ({"token": "also-a-token"}, 422, "REQUEST_MALFORMED"),
+    ],
+    ids=[
+        "http",
+        "ftp",
+        "private",
+        "metadata",
+        "loopback",
+        "unresolvable",
+        "p256dh-off-curve",
+        "p256dh-short",
+        "auth-short",
+        "no-keys",
+        "no-endpoint",
+        "token-too",
+    ],
+)
+async def test_a_bad_subscription_is_refused_and_writes_nothing(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    settings: Settings,
+    tenant: str,
+    change: dict[str, Any],
+    status: int,
+    code: str,
+) -> None:
+    alice = await new_person(engine, tenant)
+    sent = subscription_body("https://push.example/sub")
+    if change.get("keys") == "short-auth":
+        sent["keys"]["auth"] = "AAAAAAAA"
+    else:
+        sent |= change
+    sent = {k: v for k, v in sent.items() if v is not None or k == "expirationTime"}
+    # Without network access push.example does not resolve either; the key checks come first,
+    # so each case is refused for the reason it names.
+    response = await client.post(BASE, json=sent, headers=auth(settings, tenant, alice))
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+    assert await rows(engine, tenant) == []
+
+
+async def test_the_vapid_public_key_is_published(
+    loopback_client: AsyncClient, client: AsyncClient
+) -> None:
+    response = await loopback_client.get("/v1/webpush/vapid-public-key")
+    assert response.status_code == 200
+    key = response.json()["publicKey"]
+    raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4))
+    assert len(raw) == 65 and raw[0] == 4
+    assert (await loopback_client.get("/v1/webpush/vapid-public-key")).json()["publicKey"] == key
+    unconfigured = await client.get("/v1/webpush/vapid-public-key")
+    assert unconfigured.status_code == 404
+    assert unconfigured.json()["error"]["code"] == "WEBPUSH_NOT_CONFIGURED"

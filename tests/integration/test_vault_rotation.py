@@ -380,3 +380,31 @@ async def test_other_variables_can_hold_the_keys(
     webhook_rows, vault_rows = await stored(engine)
     for ciphertext in [*webhook_rows.values(), *vault_rows.values()]:
         Fernet(new).decrypt(ciphertext)
+
+
+async def test_the_web_push_key_file_is_rotated_with_the_same_key_pair(
+    engine: AsyncEngine, own_url: str, settings: Settings, receiver: Receiver, tmp_path: Any
+) -> None:
+    """The VAPID key file lives outside the database, encrypted with the vault key: the rotation
+    re-encrypts it under the new key and keeps the key pair, so no browser must subscribe
+    again; a second run is harmless."""
+    from herald.channels import webpush
+
+    old, new = Fernet.generate_key(), Fernet.generate_key()
+    before = settings.model_copy(
+        update={
+            "vault_key": old.decode(),
+            "data_dir": tmp_path,
+            "webpush_vapid_subject": "mailto:ops@school.example",
+        }
+    )
+    public = webpush.public_key(webpush.load_or_create_vapid(before))
+    env = keys_env(new, old) | {"HERALD_DATA_DIR": str(tmp_path)}
+    for _ in range(2):
+        result = await rotate_key(own_url, env)
+        assert result.exit_code == 0, result.output
+        assert "Re-encrypted the Web Push key file" in result.stderr
+        assert_quiet(result, old.decode(), new.decode())
+    after = before.model_copy(update={"vault_key": new.decode()})
+    assert webpush.public_key(webpush.load_or_create_vapid(after)) == public
+    Fernet(new).decrypt(webpush.key_file(after).read_bytes())

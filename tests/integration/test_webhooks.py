@@ -308,7 +308,7 @@ async def test_create_refuses_unsafe_urls(
 async def test_loopback_refused_without_dev_and_allow_list_opens_a_network(
     settings: Settings, engine: AsyncEngine, tenant: str
 ) -> None:
-    from herald.webhooks import destination
+    from herald.channels import destination
 
     strict = settings.model_copy(update={"webhook_allow_loopback": False})
     with pytest.raises(destination.WebhookUrlForbidden):

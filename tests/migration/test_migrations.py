@@ -645,3 +645,51 @@ def test_attempt_provider_migration_keeps_the_attempts(empty_database: str) -> N
     with psycopg.connect(url) as conn:
         count = conn.execute("SELECT count(*) FROM notification_delivery_attempt").fetchone()
         assert count == (20,)
+
+
+def test_webpush_devices_migration_on_a_populated_database(empty_database: str) -> None:
+    """0029 on a database holding phones' and FCM web tokens: they stay as they were and the
+    checks validate over them; a webpush device needs both keys and no other platform may carry
+    them; down deletes the webpush devices (no earlier release could send them) and gives back
+    the earlier catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0025")
+    insert_token = (
+        "INSERT INTO notification_push_token (tenant_id, person_id, token, platform) "
+        "VALUES ('t1', (SELECT id FROM person WHERE external_id = 'ana'), %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO person (tenant_id, external_id) VALUES ('t1', 'ana')")
+        conn.execute(insert_token, ("phone-token", "android"))
+        conn.execute(insert_token, ("fcm-web-token", "web"))
+    before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0029")
+    keyed = (
+        "INSERT INTO notification_push_token "
+        "(tenant_id, person_id, token, platform, webpush_p256dh, webpush_auth) "
+        "VALUES ('t1', (SELECT id FROM person WHERE external_id = 'ana'), %s, %s, %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        assert conn.execute(
+            "SELECT token, platform, webpush_p256dh, webpush_auth FROM notification_push_token "
+            "ORDER BY id"
+        ).fetchall() == [
+            ("phone-token", "android", None, None),
+            ("fcm-web-token", "web", None, None),
+        ]
+        conn.execute(keyed, ("https://push.example/1", "webpush", "BKey", "auth"))
+        for row in [
+            ("https://push.example/2", "webpush", None, "auth"),
+            ("https://push.example/3", "webpush", "BKey", None),
+            ("phone-2", "android", "BKey", "auth"),
+        ]:
+            with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+                conn.execute(keyed, row)
+    migrate.downgrade(empty_database, "0025")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT token FROM notification_push_token ORDER BY id").fetchall() == [
+            ("phone-token",),
+            ("fcm-web-token",),
+        ]

@@ -911,3 +911,207 @@ def jwks_server() -> Iterator[JwksTestServer]:
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Web Push (RFC 8030 push service, VAPID RFC 8292, aes128gcm RFC 8291)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WebPushSubscription:
+    """A browser's side of a subscription: its ECDH key pair and auth secret, made here, so the
+    test server can decrypt what Herald encrypted to the public half."""
+
+    endpoint: str
+    private_key: Any  # cryptography's EllipticCurvePrivateKey
+    auth: bytes
+
+    @property
+    def p256dh(self) -> str:
+        from cryptography.hazmat.primitives import serialization
+
+        raw = self.private_key.public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+        )
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    @property
+    def auth_b64(self) -> str:
+        return base64.urlsafe_b64encode(self.auth).rstrip(b"=").decode()
+
+    def as_json(self) -> dict[str, Any]:
+        """PushSubscription.toJSON()'s shape."""
+        return {
+            "endpoint": self.endpoint,
+            "expirationTime": None,
+            "keys": {"p256dh": self.p256dh, "auth": self.auth_b64},
+        }
+
+
+def webpush_subscription(endpoint: str) -> WebPushSubscription:
+    """A browser's fresh subscription keys for `endpoint`."""
+    import os
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return WebPushSubscription(
+        endpoint=endpoint, private_key=ec.generate_private_key(ec.SECP256R1()), auth=os.urandom(16)
+    )
+
+
+@dataclass(frozen=True)
+class WebPushReceived:
+    """A push the server accepted: its plaintext (decrypted here), headers and VAPID claims."""
+
+    path: str
+    headers: dict[str, str]
+    plaintext: bytes
+    claims: dict[str, Any]
+    vapid_key: str  # the `k` of the Authorization header
+
+    def json(self) -> Any:
+        return json.loads(self.plaintext)
+
+
+@dataclass(frozen=True)
+class WebPushReply:
+    status: int = 201
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class WebPushTestServer:
+    """A local push service. Each POST to /push/<id> must carry `Authorization: vapid t=…,k=…`
+    whose JWT verifies (ES256) under `k`, names this server's origin as `aud`, has a `sub`
+    (mailto: or https:) and expires within 24 hours; its body must decrypt (aes128gcm) under the
+    subscription's private key and auth secret. A request failing any check is answered 400/401
+    and recorded in `refused` with the reason; queued replies (`reply_with`) are used in order
+    after the checks pass."""
+
+    def __init__(self) -> None:
+        self.subscriptions: dict[str, WebPushSubscription] = {}
+        self.received: list[WebPushReceived] = []
+        self.refused: list[str] = []
+        self.replies: deque[WebPushReply] = deque()
+        self._httpd = _WebPushHTTPServer(("127.0.0.1", 0), _WebPushHandler)
+        self._httpd.owner = self
+        self.origin = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def subscribe(self) -> WebPushSubscription:
+        name = uuid.uuid4().hex
+        subscription = webpush_subscription(f"{self.origin}/push/{name}")
+        self.subscriptions[name] = subscription
+        return subscription
+
+    def reply_with(self, *replies: WebPushReply) -> None:
+        self.replies.extend(replies)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def check(self, path: str, headers: dict[str, str], body: bytes) -> WebPushReceived | str:
+        """The accepted push, or why it is refused."""
+        import time
+
+        import http_ece
+        import jwt
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        subscription = self.subscriptions.get(path.removeprefix("/push/"))
+        if subscription is None:
+            return "unknown subscription"
+        scheme, _, params = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "vapid":
+            return "no vapid authorization"
+        parts = dict(p.split("=", 1) for p in params.split(",") if "=" in p)
+        if "t" not in parts or "k" not in parts:
+            return "vapid t or k missing"
+        raw_key = base64.urlsafe_b64decode(parts["k"] + "=" * (-len(parts["k"]) % 4))
+        public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw_key)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                parts["t"],
+                public,
+                algorithms=["ES256"],
+                audience=self.origin,
+                options={"require": ["aud", "exp", "sub"]},
+            )
+        except jwt.PyJWTError as exc:
+            return f"vapid jwt: {type(exc).__name__}"
+        if claims["exp"] > time.time() + 86_400:
+            return "vapid jwt lives longer than 24 hours"
+        if not str(claims["sub"]).startswith(("mailto:", "https:")):
+            return "vapid sub is not mailto: or https:"
+        if headers.get("content-encoding") != "aes128gcm":
+            return "content-encoding is not aes128gcm"
+        if "ttl" not in headers:
+            return "no TTL header"
+        try:
+            plaintext = http_ece.decrypt(
+                body,
+                private_key=subscription.private_key,
+                auth_secret=subscription.auth,
+                version="aes128gcm",
+            )
+        except Exception as exc:
+            return f"decrypt: {type(exc).__name__}"
+        return WebPushReceived(path, headers, plaintext, claims, parts["k"])
+
+
+class _WebPushHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    request_queue_size = 128
+    owner: WebPushTestServer
+
+
+class _WebPushHandler(BaseHTTPRequestHandler):
+    server: _WebPushHTTPServer
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        checked = owner.check(self.path, headers, body)
+        if isinstance(checked, str):
+            owner.refused.append(checked)
+            self._answer(WebPushReply(401 if checked.startswith("vapid") else 400))
+            return
+        reply = owner.replies.popleft() if owner.replies else WebPushReply()
+        if 200 <= reply.status < 300:
+            owner.received.append(checked)
+        self._answer(reply)
+
+    def _answer(self, reply: WebPushReply) -> None:
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Length", "0")
+            if reply.status == 201:
+                self.send_header("Location", f"{self.server.owner.origin}/message/1")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read the recorded requests, not stderr."""
+
+
+@contextmanager
+def webpush_server() -> Iterator[WebPushTestServer]:
+    server = WebPushTestServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -6,9 +6,9 @@ import ipaddress
 
 import pytest
 
+from herald.channels import destination
+from herald.channels.destination import Allowed, Target
 from herald.config import Settings
-from herald.webhooks import destination
-from herald.webhooks.destination import Allowed, Target
 
 
 def allowed(**update: object) -> Allowed:

@@ -304,6 +304,7 @@ def _routers() -> list[APIRouter]:
         observability.router,
         preferences.router,
         devices.router,
+        devices.webpush_router,
         feed.router,
         admin_templates.router,
         admin_history.router,

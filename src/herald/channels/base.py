@@ -39,7 +39,9 @@ class Message:
     title: str | None = None  # email subject, push title
     body_html: str | None = None  # email only, every value already escaped
     action_url: str | None = None  # already through the safety check
-    platform: str | None = None  # push: android | ios | web
+    platform: str | None = None  # push: android | ios | web | webpush
+    # webpush: the subscription's (p256dh, auth) keys, base64url; `to` is its endpoint URL.
+    push_keys: tuple[str, str] | None = None
     idempotency_key: str | None = None  # stable per delivery attempt chain (Resend Idempotency-Key)
     kind: str | None = None
     priority: str = "normal"

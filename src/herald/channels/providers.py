@@ -34,8 +34,10 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
         providers["push"] = MockProvider("push", settings)
     else:
         from herald.channels.fcm import FcmPushProvider
+        from herald.channels.push import PushProvider
+        from herald.channels.webpush import WebPushProvider
 
-        providers["push"] = FcmPushProvider(settings)
+        providers["push"] = PushProvider(FcmPushProvider(settings), WebPushProvider(settings))
 
     if settings.telegram_provider == "mock":
         providers["telegram"] = MockProvider("telegram", settings)

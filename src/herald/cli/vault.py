@@ -38,7 +38,7 @@ def rotate_key(
     ] = "HERALD_VAULT_KEY",
 ) -> None:
     """Re-encrypt every tenant's stored secrets (webhook signing secrets, the embedded vault's
-    entries) under the new key, in one transaction.
+    entries) under the new key, in one transaction, then this node's Web Push key file.
 
     Run it once every process reads with both keys (the new one as HERALD_VAULT_KEY, the old in
     HERALD_VAULT_OLD_KEYS). A secret already under the new key is skipped, so running it again
@@ -56,6 +56,14 @@ def rotate_key(
         return await keyrotation.rotate(conn, old, new)
 
     report = common.run(common.in_transaction(settings, rotated))
+    # This node's Web Push key file (outside the database) goes under the new key too.
+    from cryptography.fernet import MultiFernet
+
+    from herald.channels import webpush
+
+    with common.reported_errors():
+        if webpush.rotate_key_file(settings, MultiFernet([new, *old])):
+            console.print(f"Re-encrypted the Web Push key file {webpush.key_file(settings)}.")
     console.print(
         f"Re-encrypted {report.re_encrypted} secret(s) under the new key "
         f"({report.webhook_secrets} webhook signing, {report.vault_secrets} vault); "

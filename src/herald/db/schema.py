@@ -624,7 +624,14 @@ notification_push_token = Table(
     Column("invalidation_reason", Text),
     _created_at(),
     Column("last_used_at", TZ, nullable=False, server_default=NOW),
+    # A browser's Web Push subscription: `token` is its endpoint URL, these its keys (base64url).
+    Column("webpush_p256dh", Text),
+    Column("webpush_auth", Text),
     vocab_check("platform", vocabulary.PLATFORMS, "platform"),
+    CheckConstraint(
+        "(platform = 'webpush') = (webpush_p256dh IS NOT NULL AND webpush_auth IS NOT NULL)",
+        name="webpush_keys",
+    ),
     vocab_check(
         "invalidation_reason", vocabulary.INVALIDATION_REASONS, "invalidation_reason", nullable=True
     ),

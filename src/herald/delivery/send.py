@@ -130,6 +130,7 @@ async def prepare(
         # Re-derived through the safety check at send time, never passed in (R-CHAN-15, R-RENDER-25).
         action_url=safe_action_url_or_none(context["action_url"]),
         platform=platform,
+        push_keys=_push_keys(context) if platform == "webpush" else None,
         idempotency_key=str(context["public_id"]),
         kind=context["kind"],
         priority=context["priority"],
@@ -142,6 +143,12 @@ async def prepare(
         persist=persist,
         secret_ref=ref,
     )
+
+
+def _push_keys(context: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A browser subscription's (p256dh, auth), read with the device row at send time."""
+    p256dh, auth = context.get("push_p256dh"), context.get("push_auth")
+    return (p256dh, auth) if p256dh and auth else None
 
 
 def _address(

@@ -21,7 +21,6 @@ from herald.auth.service import Operator
 from herald.config import Settings
 from herald.demo.school import School
 from herald.devices import service as devices
-from herald.devices.schemas import DeviceRegistration
 from herald.directory import service as directory
 from herald.kinds import Registry
 from herald.preferences import service as preferences
@@ -116,7 +115,7 @@ async def load_reachability(
                 await devices.register_device(
                     conn,
                     actor,
-                    DeviceRegistration(token=device.token, platform=device.platform),
+                    devices.Target(device.token, device.platform, None),
                     limit=settings.device_limit,
                 )
         opt_ins = [o for o in school.opt_ins if o.person == external_id]

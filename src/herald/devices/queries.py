@@ -70,12 +70,17 @@ async def find_active_token(
     return ActiveToken(row.id, row.public_id, row.person_id) if row else None
 
 
-async def touch(conn: AsyncConnection, token_id: int, platform: str) -> tuple[UUID, str]:
+async def touch(
+    conn: AsyncConnection, token_id: int, platform: str, keys: tuple[str, str] | None
+) -> tuple[UUID, str]:
     """R-DEVICE-7: the same person re-registering the same token only refreshes the row."""
+    p256dh, auth = keys or (None, None)
     stmt = (
         update(t)
         .where(t.c.id == token_id)
-        .values(last_used_at=func.now(), platform=platform)
+        .values(
+            last_used_at=func.now(), platform=platform, webpush_p256dh=p256dh, webpush_auth=auth
+        )
         .returning(t.c.public_id, t.c.platform)
     )
     row = (await conn.execute(stmt)).one()
@@ -103,7 +108,12 @@ async def invalidate(conn: AsyncConnection, token_id: int, reason: str) -> None:
 
 
 async def insert_active(
-    conn: AsyncConnection, tenant_id: str, person_id: int, token: str, platform: str
+    conn: AsyncConnection,
+    tenant_id: str,
+    person_id: int,
+    token: str,
+    platform: str,
+    keys: tuple[str, str] | None = None,
 ) -> tuple[UUID, str] | None:
     """Insert a fresh live row; None when a concurrent registration holds the token by now.
 
@@ -113,7 +123,14 @@ async def insert_active(
     """
     stmt = (
         insert(t)
-        .values(tenant_id=tenant_id, person_id=person_id, token=token, platform=platform)
+        .values(
+            tenant_id=tenant_id,
+            person_id=person_id,
+            token=token,
+            platform=platform,
+            webpush_p256dh=(keys or (None, None))[0],
+            webpush_auth=(keys or (None, None))[1],
+        )
         .on_conflict_do_nothing(
             index_elements=[t.c.tenant_id, t.c.token], index_where=t.c.is_active
         )

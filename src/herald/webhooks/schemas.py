@@ -12,7 +12,7 @@ from pydantic.alias_generators import to_camel
 from herald.vocabulary import WebhookEventType
 
 MAX_DESCRIPTION = 500
-# The shape only; herald.webhooks.destination judges scheme, credentials and addresses.
+# The shape only; herald.channels.destination judges scheme, credentials and addresses.
 URL_PATTERN = r"^https?://[^\s]+$"
 
 

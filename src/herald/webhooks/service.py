@@ -1,7 +1,7 @@
 """Outbound webhooks to the host application (issue 16).
 
 Endpoints (`/v1/admin/webhooks`, permissions NotificationWebhook_CREATE|READ|UPDATE|DELETE): a
-URL checked against SSRF (herald.webhooks.destination), the event types it wants, and a signing
+URL checked against SSRF (herald.channels.destination), the event types it wants, and a signing
 secret in the Standard Webhooks format (`whsec_…`) shown once. The secret must stay readable to
 sign, so it is stored encrypted with the vault key (HERALD_VAULT_KEY or the key file under the
 data dir: a key that never lives in the database; HERALD_VAULT_OLD_KEYS still decrypt during a
@@ -29,10 +29,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald import vocabulary
 from herald.audit.service import field_changes, record_audit
 from herald.auth.service import Operator
+from herald.channels import destination
 from herald.config import Settings
 from herald.errors import Conflict, NotFound
 from herald.secrets.vault import key_ring
-from herald.webhooks import destination, queries
+from herald.webhooks import queries
 from herald.webhooks.schemas import (
     WebhookEndpoint,
     WebhookEndpointCreated,

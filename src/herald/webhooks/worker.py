@@ -26,11 +26,12 @@ from cryptography.fernet import InvalidToken
 from sqlalchemy.ext.asyncio import AsyncEngine
 from standardwebhooks import Webhook
 
+from herald.channels import destination
 from herald.config import Settings
 from herald.db import tenancy
 from herald.delivery.backoff import backoff_seconds
 from herald.observability import metrics
-from herald.webhooks import destination, queries, service
+from herald.webhooks import queries, service
 
 log = logging.getLogger(__name__)
 

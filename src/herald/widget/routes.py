@@ -4,6 +4,10 @@
   year as immutable: a new Herald with a changed script has a new URL.
 - `GET /v1/widget/herald-inbox.js` — a redirect to that URL, cached for five minutes: the stable
   address a host puts in its script tag.
+- `GET /v1/widget/herald-push-sw.js` — the Web Push handler a host's service worker loads with
+  `importScripts` (a service worker's own script must be the host's, so this one cannot be
+  registered directly). Served in place, not redirected: `importScripts` of a service worker is
+  checked for updates by its URL. Cached for five minutes.
 
 Both are public (the script holds no secret) and left out of the OpenAPI document, which describes
 the JSON API. A host page on another origin loads it with a plain `<script>` tag; as a module
@@ -23,6 +27,7 @@ from fastapi.responses import RedirectResponse, Response
 from herald.errors import NotFound
 
 SCRIPT: Final = Path(__file__).with_name("static") / "herald-inbox.js"
+PUSH_WORKER: Final = Path(__file__).with_name("static") / "herald-push-sw.js"
 MEDIA_TYPE: Final = "text/javascript; charset=utf-8"
 IMMUTABLE: Final = "public, max-age=31536000, immutable"
 SHORT: Final = "public, max-age=300"
@@ -45,6 +50,25 @@ def script_path() -> str:
 @router.get("/herald-inbox.js")
 async def stable() -> Response:
     return RedirectResponse(script_path(), status_code=302, headers={"Cache-Control": SHORT})
+
+
+@router.get("/herald-push-sw.js")
+async def push_worker() -> Response:
+    content = _push_worker()
+    return Response(
+        content,
+        media_type=MEDIA_TYPE,
+        headers={
+            "Cache-Control": SHORT,
+            "X-Content-Type-Options": "nosniff",
+            "Cross-Origin-Resource-Policy": "cross-origin",
+        },
+    )
+
+
+@functools.cache
+def _push_worker() -> bytes:
+    return PUSH_WORKER.read_bytes()
 
 
 @router.get("/herald-inbox.{digest}.js")

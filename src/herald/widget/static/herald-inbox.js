@@ -7,7 +7,10 @@
  *
  * `token-provider` names a global async function answering an end-user JWT for Herald; it is
  * called at start and again whenever Herald answers 401. Attributes: `api` (Herald's base URL),
- * `token-provider`, `inline` (the panel always shown, no bell popover), `page-size` (1..100).
+ * `token-provider`, `inline` (the panel always shown, no bell popover), `page-size` (1..100),
+ * `push-worker` (opt-in browser notifications: the URL of the host's service worker, which
+ * loads Herald's push handler with one line, `importScripts("<api>/v1/widget/herald-push-sw.js")`;
+ * set, the preferences tab shows a "Browser notifications" switch).
  * Events: `herald-notification` (detail: the stream's event), `herald-count` (detail: {count}).
  *
  * The live stream is read with fetch() rather than EventSource, which cannot send the
@@ -60,6 +63,13 @@
       notSaved: 'Not saved.',
       prefsFailed: 'Could not load the preferences.',
       channels: { in_app: 'In-app', email: 'Email', push: 'Push', sms: 'SMS', telegram: 'Telegram' },
+      browserPush: 'Browser notifications',
+      pushOn: 'This browser shows your notifications.',
+      pushOff: 'This browser does not show your notifications.',
+      pushWorking: 'Asking the browser…',
+      pushBlocked: "Notifications are blocked in this browser's site settings.",
+      pushUnsupported: 'This browser cannot show notifications from this page.',
+      pushFailed: 'Could not change browser notifications.',
     },
     ne: {
       notifications: 'सूचनाहरू',
@@ -95,6 +105,13 @@
       notSaved: 'सेभ भएन।',
       prefsFailed: 'प्राथमिकताहरू लोड गर्न सकिएन।',
       channels: { in_app: 'एपमा', email: 'इमेल', push: 'पुश', sms: 'एसएमएस', telegram: 'टेलिग्राम' },
+      browserPush: 'ब्राउजर सूचनाहरू',
+      pushOn: 'यो ब्राउजरले तपाईंका सूचनाहरू देखाउँछ।',
+      pushOff: 'यो ब्राउजरले तपाईंका सूचनाहरू देखाउँदैन।',
+      pushWorking: 'ब्राउजरलाई सोध्दै…',
+      pushBlocked: 'यो ब्राउजरको साइट सेटिङमा सूचनाहरू रोकिएका छन्।',
+      pushUnsupported: 'यो ब्राउजरले यो पेजबाट सूचनाहरू देखाउन सक्दैन।',
+      pushFailed: 'ब्राउजर सूचनाहरू बदल्न सकिएन।',
     },
   };
 
@@ -210,7 +227,7 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
 
   class HeraldInbox extends HTMLElement {
     static get observedAttributes() {
-      return ['api', 'token-provider', 'lang'];
+      return ['api', 'token-provider', 'lang', 'push-worker'];
     }
 
     constructor() {
@@ -270,6 +287,7 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
       this._startStream(generation);
       this.refresh();
       this._loadPreferences();
+      this._showBrowserPush();
     }
 
     // -- texts -----------------------------------------------------------------------------------
@@ -331,6 +349,11 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
           el('p', { class: 'subtle' }, el('span', { id: 'prefs-version' })),
           el('fieldset', { id: 'prefs' }),
           el('p', { id: 'prefs-status', class: 'status', part: 'status', role: 'status' }),
+          el('p', { id: 'webpush', hidden: true },
+            el('label', {},
+              el('input', { id: 'webpush-toggle', type: 'checkbox', onchange: (e) => this._toggleBrowserPush(e.currentTarget.checked) }),
+              ' ', el('span', { id: 'webpush-label' })),
+            ' ', el('span', { id: 'webpush-status', class: 'status', part: 'status', role: 'status' })),
         ),
       );
       // Announced by screen readers when the count changes (the badge itself is aria-hidden).
@@ -359,6 +382,7 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
       this.$('close').setAttribute('aria-label', t.close);
       this._setLive(this.$('live').dataset.state || 'off');
       this._labelBell();
+      this.$('webpush-label').textContent = t.browserPush;
       if (this._prefs) this._renderPreferences();
       if (this._prefs) this.$('prefs-version').textContent = t.version(this._prefs.version);
     }
@@ -813,6 +837,119 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
         if (again && this.open) again.focus();
       }
     }
+
+    // -- browser notifications (Web Push) ---------------------------------------------------------
+    //
+    // Opt-in twice: the host names its service worker (`push-worker`), and the person turns the
+    // switch on, which asks the browser's permission. On: subscribe with Herald's VAPID key and
+    // register the subscription as a device. Off: remove the device, then unsubscribe. The
+    // device id is kept in localStorage beside the endpoint it was registered for.
+
+    get _pushSupported() {
+      return Boolean(this.getAttribute('push-worker')) && window.isSecureContext &&
+        'serviceWorker' in navigator && 'PushManager' in window && 'Notification' in window;
+    }
+
+    async _pushRegistration() {
+      return navigator.serviceWorker.register(this.getAttribute('push-worker'));
+    }
+
+    async _showBrowserPush() {
+      const row = this.$('webpush');
+      row.hidden = !this.getAttribute('push-worker');
+      if (row.hidden) return;
+      const toggle = this.$('webpush-toggle');
+      if (!this._pushSupported) {
+        toggle.checked = false;
+        toggle.disabled = true;
+        this._status('webpush-status', this.t.pushUnsupported);
+        return;
+      }
+      toggle.disabled = false;
+      let on = false;
+      try {
+        const registration = await navigator.serviceWorker.getRegistration(this.getAttribute('push-worker'));
+        const subscription = registration ? await registration.pushManager.getSubscription() : null;
+        const kept = JSON.parse(localStorage.getItem(PUSH_STORE) || 'null');
+        on = Boolean(subscription && kept && kept.endpoint === subscription.endpoint) && Notification.permission === 'granted';
+      } catch { on = false; }
+      toggle.checked = on;
+      this._status('webpush-status', on ? this.t.pushOn : (Notification.permission === 'denied' ? this.t.pushBlocked : this.t.pushOff));
+    }
+
+    async _toggleBrowserPush(on) {
+      const toggle = this.$('webpush-toggle');
+      toggle.disabled = true;
+      this._status('webpush-status', this.t.pushWorking);
+      try {
+        if (on) await this._subscribeBrowser();
+        else await this._unsubscribeBrowser();
+        this._status('webpush-status', on ? this.t.pushOn : this.t.pushOff, 'ok');
+      } catch (error) {
+        toggle.checked = !on;
+        const blocked = error && error.name === 'NotAllowedError';
+        const reason = error && typeof error.code === 'string' ? error.code : (error && error.name) || '';
+        this._status('webpush-status', blocked ? this.t.pushBlocked : `${this.t.pushFailed} ${reason}`.trim(), 'error');
+        this.dispatchEvent(new CustomEvent('herald-push-error', { detail: { name: error && error.name, code: error && error.code, message: error && error.message } }));
+      } finally {
+        toggle.disabled = false;
+      }
+    }
+
+    async _subscribeBrowser() {
+      if (await Notification.requestPermission() !== 'granted') {
+        const error = new Error('permission not granted');
+        error.name = 'NotAllowedError';
+        throw error;
+      }
+      const registration = await this._pushRegistration();
+      await withinTime(navigator.serviceWorker.ready);
+      const { publicKey } = await this._api('/v1/webpush/vapid-public-key');
+      // The browser's push service may be out of reach (a network that blocks it): the switch
+      // says so after a while rather than asking for ever.
+      const subscription = await registration.pushManager.getSubscription() ||
+        await withinTime(registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: base64UrlBytes(publicKey) }));
+      const json = subscription.toJSON();
+      const device = await this._api('/v1/me/devices', {
+        method: 'POST', body: { platform: 'webpush', endpoint: json.endpoint, keys: json.keys },
+      });
+      localStorage.setItem(PUSH_STORE, JSON.stringify({ id: device.id, endpoint: json.endpoint }));
+    }
+
+    async _unsubscribeBrowser() {
+      const kept = JSON.parse(localStorage.getItem(PUSH_STORE) || 'null');
+      if (kept && kept.id) {
+        try {
+          await this._api(`/v1/me/devices/${encodeURIComponent(kept.id)}`, { method: 'DELETE' });
+        } catch (error) {
+          if (!(error instanceof HttpError && error.status === 404)) throw error;
+        }
+      }
+      localStorage.removeItem(PUSH_STORE);
+      const registration = await navigator.serviceWorker.getRegistration(this.getAttribute('push-worker'));
+      const subscription = registration ? await registration.pushManager.getSubscription() : null;
+      if (subscription) await subscription.unsubscribe();
+    }
+  }
+
+  const PUSH_STORE = 'herald-webpush-device';
+  const PUSH_WAIT_MS = 20000;
+
+  function withinTime(promise) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const error = new Error('the browser did not answer');
+        error.name = 'TimeoutError';
+        reject(error);
+      }, PUSH_WAIT_MS);
+      promise.then((value) => { clearTimeout(timer); resolve(value); }, (error) => { clearTimeout(timer); reject(error); });
+    });
+  }
+
+  function base64UrlBytes(value) {
+    const padded = value.replace(/-/g, '+').replace(/_/g, '/') + '='.repeat((4 - (value.length % 4)) % 4);
+    const raw = atob(padded);
+    return Uint8Array.from(raw, (c) => c.charCodeAt(0));
   }
 
   function CSS_escape(value) {

@@ -1,4 +1,5 @@
-"""Where a webhook may go: https to public addresses only (SSRF).
+"""Where Herald may send a request to a URL it was handed (a webhook endpoint, a browser's Web Push
+endpoint): https to public addresses only (SSRF).
 
 A URL is checked when an endpoint is created or changed, and again before every send, because a
 name that resolved to a public address yesterday may resolve to 169.254.169.254 today. Every
