@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -39,6 +39,31 @@ HERALD = str(Path(sys.executable).with_name("herald"))
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 CLI_TIMEOUT = 120.0
+
+
+def sql(url: str, statement: str, *params: object) -> list[tuple[Any, ...]]:
+    """One statement on its own autocommit connection; its rows, or [] when it returns none."""
+    import psycopg
+
+    from herald.db.engine import libpq_url
+
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def reminder_leader_pid(url: str, timeout: float = START_TIMEOUT) -> int:
+    """The pid of the `herald scheduler` holding the reminders lease (waiting for one to)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = sql(
+            url,
+            "SELECT holder FROM scheduler_lease WHERE name = 'reminders' AND expires_at > now()",
+        )
+        if rows:
+            return int(str(rows[0][0]).split(":")[1])
+        time.sleep(0.1)
+    raise AssertionError("no scheduler took the reminder lease")
 
 
 def free_port() -> int:

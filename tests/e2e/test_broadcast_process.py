@@ -11,22 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 from herald import vocabulary
 from herald.auth import service as auth
 from herald.config import Settings
-from herald.db.engine import libpq_url
-from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli
+from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli, sql
 
 FINAL = {"sent", "delivered", "cancelled", *vocabulary.SKIPPED_STATUSES}
 CROWD = 2000
-
-
-def _sql(database_url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
 
 
 def _wait(check: Any, what: str, timeout: float = 30) -> Any:
@@ -52,7 +44,7 @@ def test_two_people_frozen_audience_and_cancel_mid_flight(
         "HERALD_SCHEDULER_TICK_SECONDS": "0.2",
         "HERALD_FANOUT_BATCH_SIZE": "25",
     }
-    _sql(database_url, "DELETE FROM scheduler_lease")
+    sql(database_url, "DELETE FROM scheduler_lease")
     created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
     assert created.returncode == 0, created.stderr
     key = {"Authorization": f"Bearer {last_line(created.stdout)}"}
@@ -124,7 +116,7 @@ def test_two_people_frozen_audience_and_cancel_mid_flight(
             )
             assert done["recipientCount"] == 3 and sum(done["counts"].values()) == 6
             # Each process names its connections, for pg_stat_activity and the server's logs.
-            names = _sql(
+            names = sql(
                 database_url,
                 "SELECT DISTINCT application_name FROM pg_stat_activity "
                 "WHERE datname = current_database()",

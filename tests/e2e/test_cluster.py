@@ -49,13 +49,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from herald.auth import service as auth
 from herald.config import Settings
 from herald.db import migrate
-from herald.db.engine import libpq_url, with_database
+from herald.db.engine import with_database
 from herald.delivery.worker import BATCH_LIMIT, loops_of
 from tests.conftest import JWT_SECRET, ROOT
 from tests.e2e.harness import (
@@ -64,7 +63,9 @@ from tests.e2e.harness import (
     free_port,
     herald_env,
     last_line,
+    reminder_leader_pid,
     run_cli,
+    sql,
 )
 from tests.pgbouncer import require_pgbouncer, run_pgbouncer
 from tests.providers.servers import SmtpRecordingHandler, smtp_server
@@ -88,12 +89,6 @@ SETTLE_TIMEOUT = 240.0
 MESSAGE_ID = re.compile(rb"^Message-ID: <([0-9a-f-]{36})@", re.MULTILINE | re.IGNORECASE)
 ARTIFACTS = ROOT / "test-artifacts"
 LEASE_SECONDS = 2  # the scheduler's reminder lease
-
-
-def _sql(url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
 
 
 @dataclass
@@ -290,19 +285,6 @@ def _percentile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
 
 
-def _leader_pid(url: str) -> int:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        rows = _sql(
-            url,
-            "SELECT holder FROM scheduler_lease WHERE name = 'reminders' AND expires_at > now()",
-        )
-        if rows:
-            return int(str(rows[0][0]).split(":")[1])
-        time.sleep(0.1)
-    raise AssertionError("no scheduler took the reminder lease")
-
-
 async def test_several_nodes_under_load_lose_nothing_when_one_of_each_is_killed(
     database_url: str, settings: Settings, tmp_path: Path
 ) -> None:
@@ -321,14 +303,14 @@ async def test_several_nodes_under_load_lose_nothing_when_one_of_each_is_killed(
         return
     print(f"cluster test without a read standby: {why_not}")
     name = f"herald_cluster_{uuid.uuid4().hex[:8]}"
-    _sql(database_url, f'CREATE DATABASE "{name}"')
+    sql(database_url, f'CREATE DATABASE "{name}"')
     url = with_database(database_url, name)
     try:
         await asyncio.to_thread(migrate.upgrade, url)
         with run_pgbouncer(url, pool_mode="transaction", pool_size=8) as bouncer:
             await _run_cluster(url, bouncer.url_for(url), settings, tmp_path)
     finally:
-        _sql(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        sql(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _kill_postgres(standby: ReplicaCluster) -> None:
@@ -454,7 +436,7 @@ async def _run_cluster(
                 await at(0.4)
                 processes["worker-0"].proc.send_signal(signal.SIGKILL)
                 await at(0.5)
-                leader_pid = await asyncio.to_thread(_leader_pid, url)
+                leader_pid = await asyncio.to_thread(reminder_leader_pid, url)
                 leader = next(
                     n
                     for n, p in processes.items()
@@ -462,7 +444,7 @@ async def _run_cluster(
                 )
                 processes[leader].proc.send_signal(signal.SIGKILL)
                 # A reminder occurrence comes due after the leader's death: the survivor fires it.
-                _sql(
+                sql(
                     url,
                     "UPDATE reminder_schedule SET next_run_at = %s WHERE public_id = %s",
                     datetime.now(UTC).replace(microsecond=0),
@@ -503,13 +485,13 @@ async def _run_cluster(
 async def _settle(url: str, tenant: str, worker: HeraldProcess) -> None:
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while True:
-        [(open_,)] = _sql(
+        [(open_,)] = sql(
             url,
             "SELECT count(*) FROM notification_delivery WHERE tenant_id = %s "
             "AND status IN ('queued', 'processing', 'failed')",
             tenant,
         )
-        [(unfanned,)] = _sql(
+        [(unfanned,)] = sql(
             url,
             "SELECT count(*) FROM notification_event WHERE tenant_id = %s "
             "AND fanout_completed_at IS NULL",
@@ -538,7 +520,7 @@ def _judge(
     assert load.sent, "no send was accepted"
     events = {
         str(public_id): (kind, count)
-        for public_id, kind, count in _sql(
+        for public_id, kind, count in sql(
             url,
             "SELECT e.public_id, e.kind, count(r.id) FROM notification_event e "
             "LEFT JOIN notification_recipient r ON r.event_id = e.id "
@@ -553,7 +535,7 @@ def _judge(
     reminders = [e for e, (kind, _) in events.items() if kind == "reminder.notice"]
     assert len(reminders) == 1, reminders
     assert events[reminders[0]][1] == STREAMS
-    deliveries = _sql(
+    deliveries = sql(
         url,
         "SELECT d.channel, d.status, d.public_id::text, p.external_id, e.public_id::text "
         "FROM notification_delivery d JOIN notification_event e ON e.id = d.event_id "
@@ -576,7 +558,7 @@ def _judge(
     # and never more of them than one worker holds at once (the provider window).
     reclaimed = {
         pid
-        for pid, expiries in _sql(
+        for pid, expiries in sql(
             url,
             "SELECT public_id::text, lease_expiry_count FROM notification_delivery "
             "WHERE tenant_id = %s AND channel = 'email'",

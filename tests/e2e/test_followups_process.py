@@ -18,22 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 from herald.auth import service as auth
 from herald.config import Settings
-from herald.db.engine import libpq_url
 from herald.sending.service import build_occurrence_dedupe_key
-from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli, wait_for_inbox
+from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli, sql, wait_for_inbox
 
 BULK = 200
 VARIABLES = {"studentName": "Asha Rai", "date": "2026-09-01", "eventType": "absent"}
-
-
-def _sql(database_url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
 
 
 def _body(key: str, person: str, grace: int, delay: int, **extra: Any) -> dict[str, Any]:
@@ -62,7 +54,7 @@ def _wait_state(http: httpx.Client, key: str, state: str, timeout: float = 30) -
 def _expected_keys(
     database_url: str, tenant: str, legs: dict[str, list[tuple[int, str]]]
 ) -> Counter[str]:
-    rows = _sql(database_url, "SELECT key, id FROM followup WHERE tenant_id = %s", tenant)
+    rows = sql(database_url, "SELECT key, id FROM followup WHERE tenant_id = %s", tenant)
     ids = dict(rows)
     return Counter(
         build_occurrence_dedupe_key(f"followup:{ids[key]}:{cycle}:{leg}")
@@ -127,7 +119,7 @@ def test_two_sweeping_schedulers_send_each_transition_once(
                 legs[f"bulk-{i:03d}"] = [(1, "notify"), (1, "remind")]
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                [(done,)] = _sql(
+                [(done,)] = sql(
                     database_url,
                     "SELECT count(*) FROM followup WHERE tenant_id = %s AND key LIKE 'bulk-%%' "
                     "AND state <> 'armed'",
@@ -159,7 +151,7 @@ def test_two_sweeping_schedulers_send_each_transition_once(
 
             deadline = time.monotonic() + 45
             while time.monotonic() < deadline:
-                [(left,)] = _sql(
+                [(left,)] = sql(
                     database_url,
                     "SELECT count(*) FROM followup WHERE tenant_id = %s "
                     "AND state IN ('armed', 'notified')",
@@ -173,7 +165,7 @@ def test_two_sweeping_schedulers_send_each_transition_once(
 
             found = Counter(
                 key
-                for (key,) in _sql(
+                for (key,) in sql(
                     database_url,
                     "SELECT dedupe_key FROM notification_event WHERE tenant_id = %s",
                     tenant,
@@ -182,13 +174,13 @@ def test_two_sweeping_schedulers_send_each_transition_once(
             assert found == _expected_keys(database_url, tenant, legs)
             kinds = Counter(
                 kind
-                for (kind,) in _sql(
+                for (kind,) in sql(
                     database_url, "SELECT kind FROM notification_event WHERE tenant_id = %s", tenant
                 )
             )
             assert kinds == {"attendance.event": BULK + 3, "attendance.reminder": BULK + 1}
             states = dict(
-                _sql(
+                sql(
                     database_url,
                     "SELECT state, count(*) FROM followup WHERE tenant_id = %s GROUP BY 1",
                     tenant,

@@ -16,27 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 from herald.auth import service as auth
 from herald.config import Settings
-from herald.db.engine import libpq_url
 from tests.e2e.harness import (
-    START_TIMEOUT,
     HeraldProcess,
     free_port,
     last_line,
+    reminder_leader_pid,
     run_cli,
+    sql,
     wait_for_inbox,
 )
 
 LEASE_SECONDS = 2
-
-
-def _sql(database_url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
 
 
 def _inbox(base_url: str, token: str) -> list[dict[str, Any]]:
@@ -46,19 +39,6 @@ def _inbox(base_url: str, token: str) -> list[dict[str, Any]]:
     assert answer.status_code == 200, answer.text
     items: list[dict[str, Any]] = answer.json()["items"]
     return items
-
-
-def _leader_pid(database_url: str) -> int:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        rows = _sql(
-            database_url,
-            "SELECT holder FROM scheduler_lease WHERE name = 'reminders' AND expires_at > now()",
-        )
-        if rows:
-            return int(str(rows[0][0]).split(":")[1])
-        time.sleep(0.1)
-    raise AssertionError("no scheduler took the reminder lease")
 
 
 def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
@@ -76,7 +56,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
         "HERALD_SCHEDULER_TICK_SECONDS": "0.2",
     }
     # Whatever an earlier test left: start with the lease free.
-    _sql(database_url, "DELETE FROM scheduler_lease")
+    sql(database_url, "DELETE FROM scheduler_lease")
     created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
     assert created.returncode == 0, created.stderr
     headers = {"Authorization": f"Bearer {last_line(created.stdout)}"}
@@ -114,7 +94,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
             assert reminder.status_code == 201, reminder.text
             reminder_id = reminder.json()["id"]
             # Today's occurrence (this minute, already begun) is the one due now.
-            _sql(
+            sql(
                 database_url,
                 "UPDATE reminder_schedule SET next_run_at = %s WHERE public_id = %s",
                 now,
@@ -132,7 +112,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
             assert next_run == (now + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
             # Kill the leader without a chance to hand its lease back.
-            leader_pid = _leader_pid(database_url)
+            leader_pid = reminder_leader_pid(database_url)
             leader = next(n for n in ("a", "b") if processes[n].proc.pid == leader_pid)
             survivor = "b" if leader == "a" else "a"
             processes[leader].proc.send_signal(signal.SIGKILL)
@@ -140,7 +120,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
             killed_at = time.monotonic()
             # The next occurrence comes due: move the boundary to it.
             second = datetime.now(UTC).replace(microsecond=0)
-            _sql(
+            sql(
                 database_url,
                 "UPDATE reminder_schedule SET next_run_at = %s WHERE public_id = %s",
                 second,
@@ -149,7 +129,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
             for token in tokens:
                 items = wait_for_inbox(base_url, token, at_least=2)
                 assert len(items) == 2
-            assert processes[survivor].proc.pid == _leader_pid(database_url)
+            assert processes[survivor].proc.pid == reminder_leader_pid(database_url)
             taken_over_in = time.monotonic() - killed_at
             runs = http.get(f"/v1/admin/reminders/{reminder_id}/runs").json()["items"]
             assert [r["state"] for r in runs] == ["fired", "fired"]
@@ -157,7 +137,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
             time.sleep(1.0)
             for token in tokens:
                 assert len(_inbox(base_url, token)) == 2
-            events = _sql(
+            events = sql(
                 database_url,
                 "SELECT count(*) FROM notification_event WHERE tenant_id = %s",
                 tenant,
@@ -168,7 +148,7 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
         exit_status = processes[survivor].stop(signal.SIGTERM)
         assert exit_status == 0, processes[survivor].describe()
         assert "scheduler stopped" in processes[survivor].output()
-        assert _sql(database_url, "SELECT holder FROM scheduler_lease") == []
+        assert sql(database_url, "SELECT holder FROM scheduler_lease") == []
     finally:
         for process in processes.values():
             process.stop()
