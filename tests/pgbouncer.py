@@ -27,9 +27,9 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import psycopg
-import pytest
 
 from herald.db.engine import libpq_url, parse_database_url
+from tests.gates import require
 
 PGBOUNCER = os.environ.get("HERALD_TEST_PGBOUNCER_BINARY", "/usr/sbin/pgbouncer")
 START_TIMEOUT = 30.0
@@ -44,12 +44,7 @@ def pgbouncer_missing() -> str | None:
 
 def require_pgbouncer() -> None:
     """Skip with the reason, or fail under HERALD_TEST_PGBOUNCER=required."""
-    reason = pgbouncer_missing()
-    if reason is None:
-        return
-    if os.environ.get("HERALD_TEST_PGBOUNCER") == "required":
-        pytest.fail(f"HERALD_TEST_PGBOUNCER=required, but {reason}")
-    pytest.skip(reason)
+    require("HERALD_TEST_PGBOUNCER", pgbouncer_missing())
 
 
 @dataclass(frozen=True)

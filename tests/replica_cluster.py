@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from tests.e2e.harness import free_port
+from tests.gates import require
 
 BINDIR = Path(os.environ.get("HERALD_TEST_PG_BINDIR", "/usr/lib/postgresql/15/bin"))
 RUN_AS = "postgres"
@@ -49,12 +49,8 @@ def missing_reason() -> str | None:
 
 
 def require_replica() -> None:
-    reason = missing_reason()
-    if reason is None:
-        return
-    if os.environ.get("HERALD_TEST_REPLICA") == "required":
-        pytest.fail(f"HERALD_TEST_REPLICA=required, but {reason}")
-    pytest.skip(reason)
+    """Skip with the reason, or fail under HERALD_TEST_REPLICA=required."""
+    require("HERALD_TEST_REPLICA", missing_reason())
 
 
 def query(url: str, sql: str) -> list[tuple[Any, ...]]:

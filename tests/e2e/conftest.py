@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import JWT_SECRET
 from tests.e2e.failover_cluster import FailoverCluster, unavailable_reason
 from tests.e2e.harness import HeraldProcess, Tab, free_port, herald_env, launch_browser, open_tab
+from tests.gates import require
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -55,11 +56,7 @@ def failover_cluster() -> Iterator[FailoverCluster]:
     wanted = os.environ.get("HERALD_TEST_FAILOVER", "")
     if wanted == "off":
         pytest.skip("failover tests skipped: HERALD_TEST_FAILOVER=off")
-    reason = unavailable_reason()
-    if reason is not None:
-        if wanted == "required":
-            pytest.fail(f"HERALD_TEST_FAILOVER=required, but {reason}")
-        pytest.skip(f"failover tests skipped: {reason}")
+    require("HERALD_TEST_FAILOVER", unavailable_reason(), skipped="failover tests skipped: ")
     with FailoverCluster.create() as cluster:
         yield cluster
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pytest
+
+from tests.gates import require
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -243,17 +244,12 @@ def _browser_missing() -> str | None:
 
 
 BROWSER_MISSING = _browser_missing()
-# .ci/run sets this: there a missing browser fails the browser tests instead of skipping them.
-BROWSER_REQUIRED = os.environ.get("HERALD_TEST_BROWSER") == "required"
 
 
 @contextmanager
 def launch_browser() -> Iterator[Browser]:
     """Chromium, headless; without it the calling test skips (or, in CI, fails) with the reason."""
-    if BROWSER_MISSING is not None:
-        if BROWSER_REQUIRED:
-            pytest.fail(f"HERALD_TEST_BROWSER=required, but {BROWSER_MISSING}")
-        pytest.skip(BROWSER_MISSING)
+    require("HERALD_TEST_BROWSER", BROWSER_MISSING)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
