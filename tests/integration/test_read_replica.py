@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import pytest
 from httpx import ASGITransport, AsyncClient
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.api.app import create_app
@@ -398,3 +399,55 @@ async def test_an_unreachable_read_url_starts_on_the_primary(
         await api.reads.aclose()
         assert api.reads.standby is not None
         await api.reads.standby.dispose()
+
+
+async def test_operator_history_reads_come_from_the_standby_until_the_operator_writes(
+    cluster: ReplicaCluster, primary: AsyncEngine, api: Api
+) -> None:
+    """The events list, an event's deliveries and a person's deliveries may come from the
+    standby; an operator's cancel fences that operator (not others) to the primary."""
+    from herald.auth.service import create_api_key
+
+    seed, (ann,) = await _people(primary, "ann")
+    await seed.notify(ann.id, title="first")
+    async with primary.begin() as conn:
+        keys = [await create_api_key(conn, tenant_id=seed.tenant, scopes=["admin"]) for _ in "ab"]
+    one, other = ({"Authorization": f"Bearer {key}"} for key in keys)
+
+    async def events(headers: dict[str, str]) -> list[str]:
+        answer = await api.http.get("/v1/admin/events", headers=headers)
+        assert answer.status_code == 200, answer.text
+        return [item["id"] for item in answer.json()["items"]]
+
+    async def deliveries(headers: dict[str, str], event: object) -> int:
+        """The event's delivery list: 404 where the event has not arrived yet."""
+        answer = await api.http.get(f"/v1/admin/events/{event}/deliveries", headers=headers)
+        return answer.status_code
+
+    await events(one)
+    await _warm(cluster, api, ann)
+    cluster.pause_replay()
+    try:
+        await seed.notify(ann.id, title="second")
+        async with primary.connect() as conn:
+            newest = await conn.scalar(
+                text(
+                    "SELECT public_id FROM notification_event WHERE tenant_id = :t "
+                    "ORDER BY id DESC LIMIT 1"
+                ),
+                {"t": seed.tenant},
+            )
+        # Paused: the standby has only the first event, so these answers are the standby's.
+        assert len(await events(one)) == 1
+        assert await deliveries(one, newest) == 404
+        cancelled = await api.http.post(f"/v1/admin/events/{newest}/cancel", headers=one)
+        assert cancelled.status_code == 200, cancelled.text
+        # The operator who cancelled reads the primary; the other operator still the standby.
+        assert len(await events(one)) == 2
+        assert await deliveries(one, newest) == 200
+        assert len(await events(other)) == 1
+        assert await deliveries(other, newest) == 404
+    finally:
+        cluster.resume_replay()
+    cluster.wait_caught_up()
+    assert len(await events(other)) == 2

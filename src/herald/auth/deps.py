@@ -249,6 +249,30 @@ async def actor_read(
     return await app_state.reads.run(claims.tenant_id, claims.subject, on)
 
 
+def operator_fence(operator: auth.Operator) -> str:
+    """The name an operator's read-your-writes fence is kept under, beside people's."""
+    return f"operator:{operator.actor_kind}:{operator.actor_id}"
+
+
+async def operator_read(
+    request: Request,
+    operator: auth.Operator,
+    work: Callable[[AsyncConnection], Awaitable[T]],
+) -> T:
+    """`transaction` for an operator's history read that a standby may answer
+    (HERALD_DATABASE_READ_URL): the events list, an event and its deliveries, a person's
+    deliveries. The operator's own changes to them (cancel, replay) fence them like a person's
+    mark-read (`written(..., operator_fence(operator))`); what workers wrote is at most
+    HERALD_READ_MAX_LAG_SECONDS late, as the inbox's is."""
+
+    async def on(engine: AsyncEngine) -> T:
+        async with engine.begin() as conn:
+            await tenancy.enter_tenant(conn, operator.tenant_id)
+            return await work(conn)
+
+    return await state(request).reads.run(operator.tenant_id, operator_fence(operator), on)
+
+
 async def written(request: Request, tenant_id: str, external_id: str) -> None:
     """After the person's own write committed: their next reads wait for a read standby to
     have replayed it (herald.db.replica's fence); nothing without a standby."""

@@ -12,7 +12,15 @@ from fastapi import APIRouter, Request
 from herald.admin.dead_letters import service
 from herald.admin.dead_letters.schemas import DeadLetterPage, ReplayResult
 from herald.admin.history import service as history
-from herald.auth.deps import Cursor, Limit, OperatorDep, Pagination, transaction
+from herald.auth.deps import (
+    Cursor,
+    Limit,
+    OperatorDep,
+    Pagination,
+    operator_fence,
+    transaction,
+    written,
+)
 from herald.vocabulary import Channel
 
 router = APIRouter(prefix="/v1/admin/dead-letters", tags=["admin"])
@@ -37,4 +45,7 @@ async def replay_dead_letter(
     request: Request, operator: OperatorDep, dead_letter_id: str
 ) -> ReplayResult:
     async with transaction(request) as conn:
-        return await service.replay_dead_letter(conn, operator, dead_letter_id)
+        replayed = await service.replay_dead_letter(conn, operator, dead_letter_id)
+    # The replay is a new delivery the operator's next history reads must show.
+    await written(request, operator.tenant_id, operator_fence(operator))
+    return replayed

@@ -14,7 +14,16 @@ from fastapi import APIRouter, Query, Request
 from herald import vocabulary
 from herald.admin.history import service
 from herald.admin.history.schemas import DeliveryPage, EventCancelled, HistoryEvent, HistoryPage
-from herald.auth.deps import Cursor, Limit, OperatorDep, Pagination, transaction
+from herald.auth.deps import (
+    Cursor,
+    Limit,
+    OperatorDep,
+    Pagination,
+    operator_fence,
+    operator_read,
+    transaction,
+    written,
+)
 
 router = APIRouter(prefix="/v1/admin/events", tags=["admin"])
 
@@ -44,14 +53,16 @@ async def list_history(
         occurred_from=occurred_from,
         occurred_to=occurred_to,
     )
-    async with transaction(request) as conn:
-        return await service.list_history(conn, operator, filters, page)
+    return await operator_read(
+        request, operator, lambda conn: service.list_history(conn, operator, filters, page)
+    )
 
 
 @router.get("/{event_id}", response_model=HistoryEvent)
 async def get_history_event(request: Request, operator: OperatorDep, event_id: str) -> HistoryEvent:
-    async with transaction(request) as conn:
-        return await service.get_history_event(conn, operator, event_id)
+    return await operator_read(
+        request, operator, lambda conn: service.get_history_event(conn, operator, event_id)
+    )
 
 
 @router.get("/{event_id}/deliveries", response_model=DeliveryPage)
@@ -66,13 +77,19 @@ async def list_event_deliveries(
     pagination: Pagination = None,
 ) -> DeliveryPage:
     page = service.parse_page(limit=limit, cursor=cursor, pagination=pagination)
-    async with transaction(request) as conn:
-        return await service.list_event_deliveries(
+    return await operator_read(
+        request,
+        operator,
+        lambda conn: service.list_event_deliveries(
             conn, operator, event_id, page, channel=channel, status=status
-        )
+        ),
+    )
 
 
 @router.post("/{event_id}/cancel", response_model=EventCancelled)
 async def cancel_event(request: Request, operator: OperatorDep, event_id: str) -> EventCancelled:
     async with transaction(request) as conn:
-        return await service.cancel_event(conn, operator, event_id)
+        cancelled = await service.cancel_event(conn, operator, event_id)
+    # The operator's next history reads see the cancel, whatever a standby has replayed.
+    await written(request, operator.tenant_id, operator_fence(operator))
+    return cancelled

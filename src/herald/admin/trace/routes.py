@@ -12,7 +12,15 @@ from herald.admin.history import service as history
 from herald.admin.trace import service
 from herald.admin.trace.queries import PersonDeliveryFilters
 from herald.admin.trace.schemas import PersonDeliveryPage, RecipientTrace
-from herald.auth.deps import Cursor, Limit, OperatorDep, Pagination, state, transaction
+from herald.auth.deps import (
+    Cursor,
+    Limit,
+    OperatorDep,
+    Pagination,
+    operator_read,
+    state,
+    transaction,
+)
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 KindFilter = Annotated[str | None, Query(pattern=history.KIND_FILTER_PATTERN)]
@@ -45,7 +53,11 @@ async def person_deliveries(
     """The person's deliveries, newest first, each with its reason."""
     page = history.parse_page(limit=limit, cursor=cursor, pagination=pagination)
     filters = PersonDeliveryFilters(kind=kind, channel=channel, status=status)
-    async with transaction(request) as conn:
-        return await service.person_deliveries(
-            conn, operator, state(request).registry, external_id, filters, page
-        )
+    registry = state(request).registry
+    return await operator_read(
+        request,
+        operator,
+        lambda conn: service.person_deliveries(
+            conn, operator, registry, external_id, filters, page
+        ),
+    )
