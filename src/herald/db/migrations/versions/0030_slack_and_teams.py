@@ -80,7 +80,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     added = f"ARRAY[{_list(ADDED)}]::text[]"
-    for table, _ in COLUMN_CHECKS:
+    # Versions before their templates, attempts before their deliveries.
+    for table, _ in reversed(COLUMN_CHECKS):
         if table == "notification_delivery":
             # Their attempts go with them (the attempt's delivery key cascades or is orphaned).
             op.execute(
@@ -89,12 +90,14 @@ def downgrade() -> None:
             )
         op.execute(f"DELETE FROM {table} WHERE channel = ANY({added})")
     for table, _, nullable in ARRAY_CHECKS:
-        rest = f"array(SELECT c FROM unnest(channels) c WHERE NOT c = ANY({added}))"
-        op.execute(f"UPDATE {table} SET channels = {rest} WHERE channels && {added}")
         # An event, broadcast or schedule that named only the new channels keeps the inbox (a
-        # schedule or broadcast its kind's channels), so every row still passes the old check.
+        # schedule or broadcast: its kind's channels, NULL), so every row passes the old check.
+        rest = f"array(SELECT c FROM unnest(channels) c WHERE NOT c = ANY({added}))"
         empty = "NULL" if nullable else "ARRAY['in_app']::text[]"
-        op.execute(f"UPDATE {table} SET channels = {empty} WHERE cardinality(channels) = 0")
+        op.execute(
+            f"UPDATE {table} SET channels = CASE WHEN cardinality({rest}) = 0 THEN {empty} "
+            f"ELSE {rest} END WHERE channels && {added}"
+        )
     _checks(OLD)
     for column in ("teams_can_write", "teams_webhook_url", "slack_can_write", "slack_id"):
         op.execute(f"ALTER TABLE person DROP COLUMN IF EXISTS {column}")
