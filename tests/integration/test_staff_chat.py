@@ -4,6 +4,7 @@ local servers speaking chat.postMessage and a Teams webhook."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -162,13 +163,23 @@ async def test_loopback_is_refused_unless_allowed(
 # -- through the worker ----------------------------------------------------------------------------
 
 
-async def _staff(client: AsyncClient, auth: Headers, teams: ChatTestServer) -> None:
+def _asha_slack(tenant: str) -> str:
+    # Unique per test too (a member id: U, then upper-case letters and digits).
+    return "U0" + tenant.removeprefix("t-").upper()
+
+
+def _bina_hook(teams: ChatTestServer, tenant: str) -> str:
+    # Unique per test: the table scans below read every tenant's rows.
+    return teams.webhook_url(f"bina-{tenant}")
+
+
+async def _staff(client: AsyncClient, auth: Headers, teams: ChatTestServer, tenant: str) -> None:
     people = [
-        {"externalId": "asha", "fullName": "Asha", "slackId": "U0ASHA00001"},
+        {"externalId": "asha", "fullName": "Asha", "slackId": _asha_slack(tenant)},
         {
             "externalId": "bina",
             "fullName": "Bina",
-            "teamsWebhookUrl": teams.webhook_url("bina"),
+            "teamsWebhookUrl": _bina_hook(teams, tenant),
         },
         {"externalId": "chet", "fullName": "Chet"},  # neither: skipped, no destination
     ]
@@ -202,7 +213,7 @@ async def test_a_staff_notice_arrives_in_slack_and_teams(
     """The black-box check: an event on slack and teams to seeded staff reaches the local Slack
     Web API and the Teams webhook, rendered and escaped; each delivery is sent with a masked
     hint; a person with no destination is skipped_no_destination."""
-    await _staff(client, auth, teams)
+    await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
     chat = _chat_settings(settings, slack)
     slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
@@ -217,13 +228,13 @@ async def test_a_staff_notice_arrives_in_slack_and_teams(
     [posted] = slack.requests
     assert posted.headers["authorization"] == f"Bearer {BOT_TOKEN}"
     sent = posted.json()
-    assert sent["channel"] == "U0ASHA00001"
+    assert sent["channel"] == _asha_slack(tenant)
     assert sent["blocks"][0]["text"]["text"] == "Staff meeting moved"
     assert sent["blocks"][1]["text"]["text"] == ("Now at 15:30 &lt;in the library&gt; &amp; after")
     assert sent["blocks"][2]["elements"][0]["url"] == "https://school.example/staff/7"
 
     [card_post] = teams.requests
-    assert card_post.path == teams.webhook_url("bina").removeprefix(teams.base_url)
+    assert card_post.path == _bina_hook(teams, tenant).removeprefix(teams.base_url)
     card = card_post.json()["attachments"][0]["content"]
     assert card["body"][1]["inlines"][0]["text"] == STAFF["message"]
     assert card["actions"][0]["url"] == "https://school.example/staff/7"
@@ -232,14 +243,14 @@ async def test_a_staff_notice_arrives_in_slack_and_teams(
         (r["channel"], r["status"], r["destination_hint"])
         for r in await delivery_rows(engine, tenant)
     }
-    assert ("slack", "sent", "slack:U…001") in rows
+    assert ("slack", "sent", f"slack:U…{_asha_slack(tenant)[-3:]}") in rows
     assert ("teams", "sent", "teams:127.0.0.1") in rows
     assert ("slack", "skipped_no_destination", None) in rows
     assert ("teams", "skipped_no_destination", None) in rows
     slack_row = next(
         r for r in await delivery_rows(engine, tenant) if r["channel"] == "slack" and r["sent_at"]
     )
-    assert str(slack_row["provider_message_id"]).startswith("U0ASHA00001:")
+    assert re.fullmatch(r"\d+\.\d+", str(slack_row["provider_message_id"]))  # Slack's ts
 
 
 async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
@@ -255,9 +266,9 @@ async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
     """channel_not_found and a deleted webhook (404) are permanent: the deliveries are dead with
     the code, the person's destination is marked unreachable, and the next event skips it
     without calling the provider; no secret is in any recorded error."""
-    await _staff(client, auth, teams)
+    await _staff(client, auth, teams, tenant)
     slack.reply_with(slack_error("channel_not_found"))
-    teams.gone.add(teams.webhook_url("bina").removeprefix(teams.base_url))
+    teams.gone.add(_bina_hook(teams, tenant).removeprefix(teams.base_url))
     await _send_staff_notice(engine, tenant)
     chat = _chat_settings(settings, slack)
     slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
@@ -272,7 +283,11 @@ async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
         assert dead["slack"].startswith("SLACK_UNREACHABLE")
         assert dead["teams"].startswith("TEAMS_UNREACHABLE")
         for error in dead.values():
-            assert BOT_TOKEN not in error and "webhook/bina" not in error
+            assert (
+                BOT_TOKEN not in error
+                and "webhook/bina" not in error
+                and "IncomingWebhook" not in error
+            )
 
         async with engine.connect() as conn:
             flags = (
@@ -311,3 +326,39 @@ async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
     statuses = [r["status"] for r in await delivery_rows(engine, tenant)]
     # Four from the first event (no destination on that channel), all four of the second.
     assert statuses.count("skipped_no_destination") == 4 + 4
+
+
+async def test_erasure_takes_the_chat_destinations(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    settings: Settings,
+    vault: Vault,  # noqa: F811
+    slack: ChatTestServer,
+    teams: ChatTestServer,
+) -> None:
+    """R-ERASE-1 for the staff channels: after a notice was sent on both, erasing the people
+    leaves their Slack id and Teams webhook URL in no table, and no delivery keeps a hint."""
+    from tests.integration.test_secrets import tables_containing
+
+    auth = await api_key(engine, tenant, ["directory:write"])
+    await _staff(client, auth, teams, tenant)
+    await _send_staff_notice(engine, tenant)
+    chat = _chat_settings(settings, slack)
+    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
+    try:
+        await deliver(engine, slack_provider, vault, chat, tenant)()
+        await deliver(engine, teams_provider, vault, chat, tenant)()
+    finally:
+        await slack_provider.aclose()
+        await teams_provider.aclose()
+    webhook_path = _bina_hook(teams, tenant).removeprefix(teams.base_url)
+    assert await tables_containing(engine, webhook_path) == ["person.teams_webhook_url"]
+
+    for who in ("asha", "bina"):
+        answer = await client.post(f"/v1/people/{who}/erase", headers=auth)
+        assert answer.status_code == 200, answer.text
+    assert await tables_containing(engine, webhook_path) == []
+    assert await tables_containing(engine, _asha_slack(tenant)) == []
+    sent = [r for r in await delivery_rows(engine, tenant) if r["sent_at"] is not None]
+    assert len(sent) == 2 and {r["destination_hint"] for r in sent} == {None}

@@ -210,7 +210,8 @@ def build_post_message(message: Message, *, button_text: str = "Open") -> dict[s
 def classify_slack_answer(
     status: int, data: Mapping[str, Any] | None, headers: Mapping[str, str]
 ) -> ProviderOutcome:
-    """Sort a Web API answer; the detail is Slack's error token or the HTTP status."""
+    """Sort a Web API answer; the detail is Slack's error token or the HTTP status, the message
+    id Slack's ts."""
     status_text = str(status)
     error = data.get("error") if data is not None else None
     token = error if isinstance(error, str) and _ERROR_TOKEN.fullmatch(error) else None
@@ -236,10 +237,9 @@ def classify_slack_answer(
             return ProviderOutcome.failure(
                 "SLACK_RESPONSE_INVALID", retryable=True, detail=f"http_{status}"
             )
-        channel = data.get("channel")
-        # ts is unique only within its channel: the pair names the message.
-        message_id = f"{channel}:{ts}" if isinstance(channel, str) and channel else ts
-        return ProviderOutcome.sent(message_id, status=status_text)
+        # ts alone (unique within its channel): the channel id is the person's, and a message
+        # id outlives an erasure.
+        return ProviderOutcome.sent(ts, status=status_text)
     if token in UNREACHABLE_ERRORS:
         return ProviderOutcome.failure(
             "SLACK_UNREACHABLE",
