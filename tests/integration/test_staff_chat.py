@@ -362,3 +362,70 @@ async def test_erasure_takes_the_chat_destinations(
     assert await tables_containing(engine, _asha_slack(tenant)) == []
     sent = [r for r in await delivery_rows(engine, tenant) if r["sent_at"] is not None]
     assert len(sent) == 2 and {r["destination_hint"] for r in sent} == {None}
+
+
+# -- templates -------------------------------------------------------------------------------------
+
+
+async def test_an_operator_override_is_previewed_and_sent_on_slack_and_teams(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    settings: Settings,
+    vault: Vault,  # noqa: F811
+    slack: ChatTestServer,
+    teams: ChatTestServer,
+) -> None:
+    """Slack and Teams wording takes operator overrides like the other channels: a title is
+    required, the preview renders the samples as plain text, and once published the worker sends
+    the override — escaped for Slack by the provider, as written in the Teams card."""
+    from herald.auth.service import create_api_key
+
+    async with engine.begin() as conn:
+        key = await create_api_key(conn, tenant_id=tenant, scopes=["admin", "directory:write"])
+    admin = {"Authorization": f"Bearer {key}"}
+    base = "/v1/admin/templates"
+    wording = {"kind": "staff.notice", "locale": "en", "title": "Staff: {{title}}"}
+    wording["body"] = "{{message}} <for {{name}}>"
+
+    untitled = await client.post(
+        base, json={**wording, "channel": "slack", "title": None}, headers=admin
+    )
+    assert untitled.status_code == 400, untitled.text
+    assert error_code(untitled) == "NOTIFICATION_TEMPLATE_TITLE_REQUIRED"
+
+    preview = await client.post(
+        f"{base}/preview", json={**wording, "channel": "teams"}, headers=admin
+    )
+    assert preview.status_code == 200, preview.text
+    assert preview.json()["title"] == "Staff: Staff meeting moved"
+    assert preview.json()["body"] == "It is now at 15:30 in the library. <for Sita Sharma>"
+
+    for channel in ("slack", "teams"):
+        created = await client.post(base, json={**wording, "channel": channel}, headers=admin)
+        assert created.status_code == 201, created.text
+        published = await client.post(
+            f"{base}/{created.json()['id']}/publish", json={"version": 1}, headers=admin
+        )
+        assert published.status_code == 200, published.text
+
+    await _staff(client, admin, teams, tenant)
+    await _send_staff_notice(engine, tenant)
+    chat = _chat_settings(settings, slack)
+    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
+    try:
+        await deliver(engine, slack_provider, vault, chat, tenant)()
+        await deliver(engine, teams_provider, vault, chat, tenant)()
+    finally:
+        await slack_provider.aclose()
+        await teams_provider.aclose()
+    blocks = slack.requests[0].json()["blocks"]
+    assert blocks[0]["text"]["text"] == "Staff: Staff meeting moved"
+    assert blocks[1]["text"]["text"] == (
+        "Now at 15:30 &lt;in the library&gt; &amp; after &lt;for Asha&gt;"
+    )
+    card = teams.requests[0].json()["attachments"][0]["content"]
+    assert card["body"][0]["inlines"][0]["text"] == "Staff: Staff meeting moved"
+    assert card["body"][1]["inlines"][0]["text"] == f"{STAFF['message']} <for Bina>"
+    versions = {r["template_version"] for r in await delivery_rows(engine, tenant) if r["sent_at"]}
+    assert versions == {2}
