@@ -59,7 +59,15 @@
         'The current ones are shown again: make your change once more.',
       notSaved: 'Not saved.',
       prefsFailed: 'Could not load the preferences.',
-      channels: { in_app: 'In-app', email: 'Email', push: 'Push', sms: 'SMS', telegram: 'Telegram' },
+      channels: {
+        in_app: 'In-app',
+        email: 'Email',
+        push: 'Push',
+        sms: 'SMS',
+        telegram: 'Telegram',
+        slack: 'Slack',
+        teams: 'Teams',
+      },
     },
     ne: {
       notifications: 'सूचनाहरू',
@@ -94,7 +102,15 @@
         'हालका प्राथमिकताहरू फेरि देखाइएका छन्: आफ्नो परिवर्तन फेरि गर्नुहोस्।',
       notSaved: 'सेभ भएन।',
       prefsFailed: 'प्राथमिकताहरू लोड गर्न सकिएन।',
-      channels: { in_app: 'एपमा', email: 'इमेल', push: 'पुश', sms: 'एसएमएस', telegram: 'टेलिग्राम' },
+      channels: {
+        in_app: 'एपमा',
+        email: 'इमेल',
+        push: 'पुश',
+        sms: 'एसएमएस',
+        telegram: 'टेलिग्राम',
+        slack: 'स्ल्याक',
+        teams: 'टिम्स',
+      },
     },
   };
 
