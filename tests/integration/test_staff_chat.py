@@ -429,3 +429,26 @@ async def test_an_operator_override_is_previewed_and_sent_on_slack_and_teams(
     assert card["body"][1]["inlines"][0]["text"] == f"{STAFF['message']} <for Bina>"
     versions = {r["template_version"] for r in await delivery_rows(engine, tenant) if r["sent_at"]}
     assert versions == {2}
+
+
+async def test_the_people_import_sets_slack_ids_and_a_rerun_changes_nothing(
+    engine: AsyncEngine, tenant: str, tmp_path: Any
+) -> None:
+    """`herald people import` takes the same fields: a CSV's slackId column is stored, a second
+    run counts the rows unchanged, and a Slack id of the wrong shape rejects its line only."""
+    from herald.directory import importer
+
+    path = tmp_path / "staff.csv"
+    path.write_text(
+        "externalId,fullName,slackId\nasha,Asha,U0123ABCDEF\nbina,Bina,C0123ABCDEF\n"
+        "chet,Chet,#staff-room\n",
+        encoding="utf-8",
+    )
+    first = await importer.import_file(engine, tenant, path)
+    assert (first.tallies["person"].created, [r.line for r in first.rejected]) == (2, [4])
+    assert [r.slack_id for r in await person_rows(engine, tenant)] == [
+        "U0123ABCDEF",
+        "C0123ABCDEF",
+    ]
+    again = await importer.import_file(engine, tenant, path)
+    assert again.tallies["person"].unchanged == 2 and again.tallies["person"].updated == 0
