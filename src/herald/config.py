@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     """The kind registry, as package.module:attribute. Unset: the sample school registry."""
     required_channels: str = ""
     """Channels a deployment must have configured, comma-separated, from
-    in_app,email,sms,push,telegram. Default: none.
+    in_app,email,sms,push,telegram,slack,teams. Default: none.
     """
 
     lease_seconds: int = Field(default=60, ge=5, le=3600)
@@ -321,6 +321,24 @@ class Settings(BaseSettings):
     """Telegram: telegram | mock. Messages per second across the bot. >0..30."""
     telegram_rate_per_second: float = Field(default=25.0, gt=0, le=30)
     """Telegram: telegram | mock. Messages per second across the bot. >0..30."""
+
+    # Slack and Microsoft Teams (issue 46): channels for staff.
+    slack_provider: Literal["slack", "mock"] | None = None
+    """Slack: slack | mock. The bot token (xoxb-…, with chat:write) posts with chat.postMessage to
+    each person's Slack user or channel id; the base URL is the Web API's.
+    """
+    slack_bot_token: str | None = None
+    """Slack: slack | mock. The bot token (xoxb-…, with chat:write) posts with chat.postMessage to
+    each person's Slack user or channel id; the base URL is the Web API's.
+    """
+    slack_base_url: str = "https://slack.com/api/"
+    """Slack: slack | mock. The bot token (xoxb-…, with chat:write) posts with chat.postMessage to
+    each person's Slack user or channel id; the base URL is the Web API's.
+    """
+    teams_provider: Literal["teams", "mock"] | None = None
+    """Microsoft Teams: teams | mock. Messages are Adaptive Cards posted to each person's incoming
+    or Workflows webhook URL; there is no deployment-wide credential.
+    """
 
     # Rate limits (R-SEC-14), in the `limits` notation ("100/second", "6000/minute") or "off";
     # shared by every process through Redis when HERALD_REDIS_URL is set, per process otherwise.

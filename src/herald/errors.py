@@ -395,7 +395,7 @@ class TemplateBodyBlank(ValidationFailed):
 
 
 class TemplateTitleRequired(ValidationFailed):
-    """In-app, email and push templates need a title."""
+    """In-app, email, push, Slack and Teams templates need a title."""
 
     code = "NOTIFICATION_TEMPLATE_TITLE_REQUIRED"
 

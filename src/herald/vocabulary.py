@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-Channel = Literal["in_app", "email", "sms", "push", "telegram"]
+Channel = Literal["in_app", "email", "sms", "push", "telegram", "slack", "teams"]
 CHANNELS: Final[tuple[str, ...]] = get_args(Channel)
 REMOTE_CHANNELS: Final[tuple[str, ...]] = tuple(c for c in CHANNELS if c != "in_app")
 

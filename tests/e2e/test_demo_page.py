@@ -14,6 +14,7 @@ announcement carries a unique title (the announcement kind folds identical ones 
 from __future__ import annotations
 
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -229,6 +230,37 @@ def test_dev_routes_answer_and_herald_api_does_not_serve_them(dev: Dev, api_url:
 
 # ---------------------------------------------------------------------------------------------
 # In the browser
+
+
+def test_the_outbox_records_a_staff_notice_on_slack_and_teams(dev: Dev) -> None:
+    """Issue 46: `herald dev` mocks Slack and Teams too; a staff notice to the principal (who has
+    a Slack id in the demo school) is recorded on Slack, and the Teams outbox is listed."""
+    people = httpx.get(f"{dev.base_url}/dev/people", timeout=10).json()
+    principal = next(p for p in people["people"] if p["externalId"] == "sunita-koirala")
+    assert "slack" in principal["reachable"]
+    title = _unique("Staff meeting <moved>")
+    answer = httpx.post(
+        f"{dev.base_url}/v1/events",
+        headers={"Authorization": f"Bearer {dev.api_key}"},
+        json={
+            "kind": "staff.notice",
+            "audience": {"kind": "users", "userIds": ["sunita-koirala"]},
+            "channels": ["slack", "teams"],
+            "variables": {"title": title, "message": "Now at 15:30."},
+        },
+        timeout=10,
+    )
+    assert answer.status_code == 201, answer.text
+    deadline = time.monotonic() + 30  # an upper bound against hangs, never an expectation
+    while True:
+        outbox = httpx.get(f"{dev.base_url}/dev/outbox", timeout=10).json()
+        channels = {c["channel"]: c for c in outbox["channels"]}
+        found = [m for m in channels["slack"]["messages"] if m["title"] == title]
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [(m["to"], m["body"]) for m in found] == [("U0DEMOPRINCIPAL", "Now at 15:30.")]
+    assert channels["teams"]["recording"] is True
 
 
 def test_badge_follows_the_live_stream_and_mark_read(dev: Dev, tab: Tab) -> None:

@@ -164,6 +164,8 @@ async def test_a_person_who_never_saved_reads_version_0_and_the_code_defaults(
         "push": True,
         "sms": False,
         "telegram": True,
+        "slack": True,
+        "teams": True,
     }
     assert grid["transport"]["email"] is False
     assert grid["account"] == {
@@ -172,6 +174,9 @@ async def test_a_person_who_never_saved_reads_version_0_and_the_code_defaults(
         "push": False,
         "sms": False,
         "telegram": False,
+        # Personal: a Slack or Teams destination may be a channel others read.
+        "slack": False,
+        "teams": False,
     }
     assert all(grid[c]["sms"] is False for c in CATEGORIES if c != "security")
     assert await stored(engine, who.id) == (None, {}, {})
@@ -512,8 +517,9 @@ async def test_the_api_reports_and_enforces_locks_from_the_running_registry(
         body = (await http.get(URL, headers=headers)).json()
         assert locked(body) == {c: c == "account" for c in CATEGORIES}
         assert cells(body)["account"] == dict.fromkeys(CHANNELS, True)
-        # Unlocked, security shows its code defaults (SMS on: R-PREF-11's one exception).
-        assert cells(body)["security"] == dict.fromkeys(CHANNELS, True)
+        # Unlocked, security shows its code defaults (SMS on: R-PREF-11's one exception; the
+        # staff chat channels off, as security notices are personal).
+        assert cells(body)["security"] == {c: c not in ("slack", "teams") for c in CHANNELS}
 
         saved = await http.put(
             URL,

@@ -97,7 +97,16 @@ async def refused(engine: AsyncEngine, statement: Any) -> str:
 async def test_vocabularies_name_what_the_requirements_name() -> None:
     """R-SCHEMA-5 (extended by decision 2), R-SCHEMA-6, R-SCHEMA-7, R-SCHEMA-8, R-SCHEMA-9: the lists
     hold the values the seed names, and no `created` status."""
-    assert set(vocabulary.CHANNELS) == {"email", "sms", "push", "in_app", "telegram"}
+    # Slack and Teams: issue 46's staff channels.
+    assert set(vocabulary.CHANNELS) == {
+        "email",
+        "sms",
+        "push",
+        "in_app",
+        "telegram",
+        "slack",
+        "teams",
+    }
     assert {"queued", "delivered", "skipped_no_template"} <= set(vocabulary.DELIVERY_STATUSES)
     assert "created" not in vocabulary.DELIVERY_STATUSES
     assert "skipped_no_template" in vocabulary.SKIPPED_STATUSES

@@ -233,3 +233,151 @@ async def delivery_statuses(engine: AsyncEngine, tenant: str) -> list[Any]:
             {"t": tenant},
         )
         return [row.status for row in rows]
+
+
+async def test_no_chat_provider_secret_is_left_in_a_table_a_log_or_a_response(
+    settings: Settings,
+    engine: AsyncEngine,
+    registry: Registry,
+    tenant: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 46, bad input: a provider secret — the Slack bot token, a Teams webhook URL (whoever
+    holds it can post into that chat) — never appears in a response, a log line, an error or a
+    dead letter. Staff notices are sent, refused retryably until dead (token revoked, 5xx),
+    refused outright (a deleted webhook), dead-lettered and replayed through the admin API, with
+    every logger at DEBUG; the token is in no table at all, the webhook URL only in
+    person.teams_webhook_url."""
+    from herald.channels.slack import SlackProvider
+    from herald.channels.teams import TeamsProvider
+    from tests.integration.test_delivery import deliver as deliver_batch_of
+    from tests.providers.servers import ChatReply, slack_error, slack_server, teams_server
+
+    caplog.set_level(logging.DEBUG)
+    token = f"xoxb-{uuid.uuid4().int % 10**10}-{uuid.uuid4().hex}"
+    with slack_server(token) as slack, teams_server() as teams:
+        configured = settings.model_copy(
+            update={
+                "data_dir": tmp_path,
+                "max_attempts": 2,
+                "webhook_allow_loopback": True,
+                "slack_provider": "slack",
+                "slack_bot_token": token,
+                "slack_base_url": slack.api_url,
+                "teams_provider": "teams",
+            }
+        )
+        webhook = teams.webhook_url(f"room-{uuid.uuid4().hex[:8]}")
+        webhook_secret = webhook.removeprefix(teams.base_url)
+        vault = TableVault(engine, Fernet.generate_key())
+        app = create_app(configured, engine, registry, vault=vault)
+        responses = Responses()
+        async with engine.begin() as conn:
+            key = await create_api_key(
+                conn,
+                tenant_id=tenant,
+                scopes=["directory:write", "events:write", "events:read", "admin"],
+            )
+        headers = {"Authorization": f"Bearer {key}"}
+        slack_provider, teams_provider = SlackProvider(configured), TeamsProvider(configured)
+
+        async def deliver() -> None:
+            for provider in (slack_provider, teams_provider):
+                await deliver_batch_of(engine, provider, vault, configured, tenant)()
+
+        async def retry_now() -> None:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "UPDATE notification_delivery SET next_attempt_at = now() "
+                        "WHERE tenant_id = :t AND status = 'failed'"
+                    ),
+                    {"t": tenant},
+                )
+                await delivery_service.requeue_due_failures(conn, limit=100)
+
+        try:
+            async with AsyncClient(
+                transport=ASGITransport(app=app),
+                base_url="http://herald.test",
+                event_hooks={"response": [responses]},
+            ) as http:
+                person = {"fullName": "Asha", "slackId": "U0ASHA00001", "teamsWebhookUrl": webhook}
+                put = await http.put("/v1/people/asha", json=person, headers=headers)
+                assert put.status_code == 201, put.text
+                refused = await http.put(
+                    "/v1/people/bina",
+                    json={"teamsWebhookUrl": webhook.replace("127.0.0.1", "10.1.2.3")},
+                    headers=headers,
+                )
+                assert refused.status_code == 400, refused.text
+
+                async def notice(message: str) -> str:
+                    event = await http.post(
+                        "/v1/events",
+                        json={
+                            "kind": "staff.notice",
+                            "audience": {"kind": "users", "userIds": ["asha"]},
+                            "channels": ["slack", "teams"],
+                            "variables": {"title": "Staff", "message": message},
+                        },
+                        headers=headers,
+                    )
+                    assert event.status_code == 201, event.text
+                    await run_to_completion(engine, tenant)
+                    event_id: str = event.json()["id"]
+                    return event_id
+
+                event_ids = [await notice("sent at once")]
+                await deliver()
+                # Retryable until dead: a revoked token, a Teams 5xx (both echo what they got).
+                slack.reply_with(slack_error("token_revoked"), slack_error("token_revoked"))
+                teams.reply_with(
+                    ChatReply(status=500, body=webhook.encode()),
+                    ChatReply(status=502, body=token.encode()),
+                )
+                event_ids.append(await notice("retried until dead"))
+                await deliver()
+                await retry_now()
+                await deliver()
+                letters = await http.get("/v1/admin/dead-letters", headers=headers)
+                assert letters.status_code == 200, letters.text
+                assert len(letters.json()["items"]) == 2
+                for letter in letters.json()["items"]:
+                    replayed = await http.post(
+                        f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers
+                    )
+                    assert replayed.status_code == 201, replayed.text
+                await deliver()
+                # Refused outright: the webhook is deleted.
+                teams.gone.add(webhook_secret)
+                event_ids.append(await notice("webhook gone"))
+                await deliver()
+                for event_id in event_ids:
+                    for path in (
+                        f"/v1/events/{event_id}",
+                        f"/v1/admin/events/{event_id}",
+                        f"/v1/admin/events/{event_id}/deliveries",
+                    ):
+                        answer = await http.get(path, headers=headers)
+                        assert answer.status_code == 200, (path, answer.text)
+                assert (await http.get("/v1/admin/dead-letters", headers=headers)).is_success
+        finally:
+            await slack_provider.aclose()
+            await teams_provider.aclose()
+
+    statuses = await delivery_statuses(engine, tenant)
+    assert statuses.count("sent") == 3 and statuses.count("dead") == 3, statuses
+    # The scan works: the servers got the token and the URL, and the table finds the URL.
+    assert all(r.headers["authorization"] == f"Bearer {token}" for r in slack.requests)
+    assert any(r.path == webhook_secret for r in teams.requests)
+    assert await tables_containing(engine, webhook_secret) == ["person.teams_webhook_url"]
+    assert len(responses.bodies) > 10
+
+    log_lines = [f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records]
+    assert any("teams send failed" in line for line in log_lines)
+    assert await tables_containing(engine, token) == []
+    for value in (token, webhook_secret):
+        assert [line for line in log_lines if value in line] == [], value
+        assert [body for body in responses.bodies if value in body] == [], value

@@ -693,3 +693,79 @@ def test_webpush_devices_migration_on_a_populated_database(empty_database: str) 
             ("phone-token",),
             ("fcm-web-token",),
         ]
+
+
+POPULATE_0030 = """
+WITH p AS (
+    UPDATE person SET slack_id = 'U0123456789', teams_webhook_url = 'https://t.example/hook'
+     WHERE external_id = 'ana' RETURNING id, public_id
+), e AS (
+    INSERT INTO notification_event
+        (tenant_id, kind, category, priority, audience, channels, dedupe_key)
+    VALUES ('t', 'staff.notice', 'announcement', 'normal', '{"kind": "all_users"}',
+            ARRAY['email', 'slack'], md5('staff-1') || md5('1')),
+           ('t', 'staff.notice', 'announcement', 'normal', '{"kind": "all_users"}',
+            ARRAY['teams'], md5('staff-2') || md5('2'))
+    RETURNING id, occurred_at
+), r AS (
+    INSERT INTO notification_recipient
+        (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at)
+    SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, p
+    RETURNING id, event_id, occurred_at
+), d AS (
+    INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, occurred_at)
+    SELECT 't', r.event_id, r.id, c, r.occurred_at FROM r, unnest(ARRAY['slack', 'teams']) c
+    RETURNING id, occurred_at
+), a AS (
+    INSERT INTO notification_delivery_attempt
+        (tenant_id, delivery_id, outcome, attempt_number, occurred_at)
+    SELECT 't', d.id, 'failed', 1, d.occurred_at FROM d
+)
+INSERT INTO notification_channel_preference (tenant_id, person_id, channel, enabled)
+SELECT 't', p.id, c, false FROM p, unnest(ARRAY['slack', 'teams']) c
+"""
+
+STAFF_ROWS = """
+SELECT (SELECT count(*) FROM notification_delivery WHERE channel IN ('slack', 'teams')),
+       (SELECT count(*) FROM notification_channel_preference),
+       (SELECT array_agg(array_to_string(channels, ',') ORDER BY dedupe_key)
+          FROM notification_event WHERE kind = 'staff.notice'),
+       (SELECT count(*) FROM notification_delivery)
+"""
+
+
+def test_staff_channels_migration_on_a_populated_database(empty_database: str) -> None:
+    """0030 on a database holding deliveries: every channel check takes slack and teams (an
+    event, a delivery, its attempt and a preference on them go in), the person's destination
+    columns arrive with their flags on, and the rows already there are untouched; down removes
+    what only the new channels held (an event keeps its other channels, or the inbox) and gives
+    back 0025's catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)
+    migrate.upgrade(empty_database, "0025")
+    before = catalog(empty_database)
+    with psycopg.connect(url) as conn:
+        kept = conn.execute(ROWS).fetchone()
+
+    migrate.upgrade(empty_database, "0030")
+    with psycopg.connect(url) as conn:
+        assert conn.execute(ROWS).fetchone() == kept
+        conn.execute(POPULATE_0030)
+        assert conn.execute(
+            "SELECT slack_id, slack_can_write, teams_can_write FROM person"
+        ).fetchall() == [("U0123456789", True, True)]
+        assert conn.execute(STAFF_ROWS).fetchone() == (4, 2, ["email,slack", "teams"], 12 + 4)
+    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "INSERT INTO notification_channel_preference (tenant_id, person_id, channel, "
+            "enabled) SELECT 't', id, 'fax', true FROM person"
+        )
+
+    migrate.downgrade(empty_database, "0025")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn:
+        assert conn.execute(STAFF_ROWS).fetchone() == (0, 0, ["email", "in_app"], 12)
+        # The old deliveries and attempts as they were (the staff events keep their recipients).
+        assert conn.execute(ROWS).fetchone()[1:] == kept[1:]

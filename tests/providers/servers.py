@@ -854,6 +854,182 @@ def telegram_server(bot_token: str) -> Iterator[TelegramTestServer]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Slack Web API (POST /api/chat.postMessage with a bearer bot token) and a Microsoft Teams
+# incoming/Workflows webhook receiver (POST of a message with an Adaptive Card attachment).
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One request a chat stand-in received."""
+
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """What the server answers next. `body` is sent as JSON unless it is bytes (sent raw); None
+    → the API's success (Slack: `{"ok": true, "channel", "ts"}`; Teams: 202 with no body)."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0
+
+
+def slack_error(error: str, *, status: int = 200, retry_after: int | None = None) -> ChatReply:
+    """The Web API's error answer, `{"ok": false, "error": "…"}` (HTTP 200 for most errors; 429
+    with Retry-After for `ratelimited`)."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    return ChatReply(status=status, body={"ok": False, "error": error}, headers=headers)
+
+
+class ChatTestServer:
+    """A local stand-in for slack.com/api (`kind="slack"`, one bot token: any other is answered
+    `invalid_auth`, none `not_authed`) or for Teams webhooks (`kind="teams"`: any path under
+    /webhook/ is a live webhook; `gone` holds paths answered 404)."""
+
+    def __init__(self, kind: str, bot_token: str | None = None) -> None:
+        self.kind = kind
+        self.bot_token = bot_token
+        self.requests: list[ChatRequest] = []
+        self.replies: deque[ChatReply] = deque()
+        self.gone: set[str] = set()
+        self.release = threading.Event()
+        self._ts = 1_700_000_000
+        self._lock = threading.Lock()
+        self._httpd = _ChatHTTPServer(("127.0.0.1", 0), _ChatHandler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def api_url(self) -> str:
+        """Slack: the Web API's base URL (HERALD_SLACK_BASE_URL)."""
+        return f"{self.base_url}/api/"
+
+    def webhook_url(self, name: str) -> str:
+        """Teams: a webhook URL on this server, with a secret-looking token in its path."""
+        return f"{self.base_url}/webhook/{name}/IncomingWebhook/{uuid.uuid5(uuid.NAMESPACE_URL, name).hex}"
+
+    def reply_with(self, *replies: ChatReply) -> None:
+        self.replies.extend(replies)
+
+    def next_ts(self) -> str:
+        with self._lock:
+            self._ts += 1
+            return f"{self._ts}.000100"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class _ChatHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    request_queue_size = 128
+    owner: ChatTestServer
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    server: _ChatHTTPServer
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        request = ChatRequest(
+            path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
+        )
+        owner.requests.append(request)
+        if owner.kind == "slack":
+            self._slack(owner, request)
+        else:
+            self._teams(owner, request)
+
+    def _slack(self, owner: ChatTestServer, request: ChatRequest) -> None:
+        if request.path != "/api/chat.postMessage":
+            self._answer(slack_error("unknown_method", status=404))
+            return
+        auth = request.headers.get("authorization", "")
+        if not auth:
+            self._answer(slack_error("not_authed"))
+            return
+        if auth != f"Bearer {owner.bot_token}":
+            self._answer(slack_error("invalid_auth"))
+            return
+        reply = owner.replies.popleft() if owner.replies else ChatReply()
+        if reply.body is None and reply.status == 200:
+            sent = json.loads(request.body)
+            reply = ChatReply(
+                body={"ok": True, "channel": sent.get("channel"), "ts": owner.next_ts()},
+                delay_seconds=reply.delay_seconds,
+            )
+        self._answer(reply)
+
+    def _teams(self, owner: ChatTestServer, request: ChatRequest) -> None:
+        if not request.path.startswith("/webhook/") or request.path in owner.gone:
+            self._answer(ChatReply(status=404, body=b"Not Found"))
+            return
+        reply = owner.replies.popleft() if owner.replies else ChatReply(status=202, body=b"")
+        self._answer(reply)
+
+    def _answer(self, reply: ChatReply) -> None:
+        if reply.delay_seconds:
+            self.server.owner.release.wait(reply.delay_seconds)
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header(
+                "Content-Type",
+                "text/plain" if isinstance(reply.body, bytes) else "application/json",
+            )
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read the recorded requests, not stderr."""
+
+
+@contextmanager
+def slack_server(bot_token: str) -> Iterator[ChatTestServer]:
+    server = ChatTestServer("slack", bot_token)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextmanager
+def teams_server() -> Iterator[ChatTestServer]:
+    server = ChatTestServer("teams")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
 # JWKS: an identity provider's key set (GET /.well-known/jwks.json), rotatable by the test.
 # ---------------------------------------------------------------------------------------------
 

@@ -318,6 +318,14 @@ SAMPLE_TABLE: dict[str, tuple[str, set[str], str, bool, set[str], set[str]]] = {
     ),
     "event.scheduled": ("events", {"in_app", "email"}, "collapse", False, {"title", "date"}, set()),
     "system.maintenance": ("system", {"in_app", "email"}, "collapse", False, {"window"}, set()),
+    "staff.notice": (
+        "announcement",
+        {"in_app", "email", "slack", "teams"},
+        "collapse",
+        False,
+        {"title", "message"},
+        set(),
+    ),
     "reminder.notice": (
         "events",
         {"in_app", "email", "push", "telegram"},

@@ -45,6 +45,21 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
         from herald.channels.telegram import TelegramProvider
 
         providers["telegram"] = TelegramProvider(settings)
+
+    # Slack and Teams (issue 46): channels for staff.
+    if settings.slack_provider == "mock":
+        providers["slack"] = MockProvider("slack", settings)
+    else:
+        from herald.channels.slack import SlackProvider
+
+        providers["slack"] = SlackProvider(settings)
+
+    if settings.teams_provider == "mock":
+        providers["teams"] = MockProvider("teams", settings)
+    else:
+        from herald.channels.teams import TeamsProvider
+
+        providers["teams"] = TeamsProvider(settings)
     return providers
 
 

@@ -133,6 +133,14 @@ person = Table(
     Column("status", Text, nullable=False, server_default="active"),
     Column("telegram_chat_id", Text),
     Column("telegram_can_write", Boolean, nullable=False, server_default=text("true")),
+    # Staff chat destinations (issue 46): a Slack user or channel id, and a Teams incoming or
+    # Workflows webhook URL (checked by the SSRF guard when set; never logged or shown). The
+    # _can_write flags drop when the provider says the destination is gone, and come back when
+    # the host sets a different one, as telegram_can_write does.
+    Column("slack_id", Text),
+    Column("slack_can_write", Boolean, nullable=False, server_default=text("true")),
+    Column("teams_webhook_url", Text),
+    Column("teams_can_write", Boolean, nullable=False, server_default=text("true")),
     Column("last_seen_at", TZ),
     _created_at(),
     Column("updated_at", TZ, nullable=False, server_default=NOW),

@@ -247,10 +247,21 @@ async def deactivate_push_token(conn: AsyncConnection, token_id: int, reason: st
     )
 
 
-async def forbid_telegram(conn: AsyncConnection, person_id: int) -> None:
-    await conn.execute(
-        s.person.update().where(s.person.c.id == person_id).values(telegram_can_write=False)
-    )
+# The flag each chat channel drops when its provider says the destination is gone for good.
+_CAN_WRITE = {
+    "telegram": "telegram_can_write",
+    "slack": "slack_can_write",
+    "teams": "teams_can_write",
+}
+
+
+async def forbid_destination(conn: AsyncConnection, channel: str, person_id: int) -> None:
+    """The person's destination on `channel` is unreachable (blocked, deleted, archived): later
+    deliveries skip it until the host sets a different one."""
+    column = _CAN_WRITE.get(channel)
+    if column is None:
+        return
+    await conn.execute(s.person.update().where(s.person.c.id == person_id).values({column: False}))
 
 
 async def find_dead_letter(

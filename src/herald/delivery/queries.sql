@@ -110,6 +110,7 @@ SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.p
        r.user_id, CAST(r.variables AS text) AS recipient_variables_json, r.locale,
        p.id AS person_id, p.deleted_at AS person_deleted_at, p.status AS person_status,
        p.email, p.phone, p.telegram_chat_id, p.telegram_can_write,
+       p.slack_id, p.slack_can_write, p.teams_webhook_url, p.teams_can_write,
        t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
        t.webpush_p256dh AS push_p256dh, t.webpush_auth AS push_auth,
        -- A hard bounce marked this email address or phone number undeliverable

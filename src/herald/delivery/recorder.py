@@ -40,6 +40,8 @@ UNKNOWN_CODES = {
     "sms": "SMS_UNKNOWN",
     "push": "PUSH_UNKNOWN",
     "telegram": "TELEGRAM_UNKNOWN",
+    "slack": "SLACK_UNKNOWN",
+    "teams": "TEAMS_UNKNOWN",
 }
 
 
@@ -262,7 +264,7 @@ async def _side_effects(
         if outcome.invalidate_token and ctx["provider_target_id"] is not None:
             await queries.deactivate_push_token(conn, ctx["provider_target_id"], "unregistered")
         if outcome.recipient_blocked and ctx["person_id"] is not None:
-            await queries.forbid_telegram(conn, ctx["person_id"])
+            await queries.forbid_destination(conn, ctx["channel"], ctx["person_id"])
         if outcome.destination_undeliverable and ctx["person_id"] is not None:
             await receipts.mark_refused_destination(
                 conn,

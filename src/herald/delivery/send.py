@@ -1,6 +1,6 @@
 """The one channel-send routine for every remote channel (R-CHAN-2).
 
-Order, the same for email, SMS, push and Telegram (R-CHAN-3): claim (done by the worker),
+Order, the same for email, SMS, push, Telegram, Slack and Teams (R-CHAN-3): claim (done by the worker),
 liveness, secret, render, address, send, record. Liveness comes before render, so a deleted
 person's name is never rendered (R-CHAN-4); the secret is resolved immediately before rendering
 and lives only in memory for this one send (R-SECRET-4).
@@ -17,7 +17,9 @@ from typing import Any
 
 from herald.channels.base import Message
 from herald.channels.email import mask_email
+from herald.channels.slack import mask_slack_id
 from herald.channels.sms import mask_phone, normalize_phone
+from herald.channels.teams import webhook_host
 from herald.config import Settings
 from herald.kinds import Registry
 from herald.observability import logs
@@ -175,4 +177,15 @@ def _address(
         if not chat or not context["telegram_can_write"]:
             return None, None, None
         return str(chat), f"telegram:…{str(chat)[-4:]}", None
+    if channel == "slack":
+        slack_id = context["slack_id"]
+        if not slack_id or not context["slack_can_write"]:
+            return None, None, None
+        return str(slack_id), f"slack:{mask_slack_id(str(slack_id))}", None
+    if channel == "teams":
+        url = context["teams_webhook_url"]
+        if not url or not context["teams_can_write"]:
+            return None, None, None
+        # The URL is a credential: the hint names its host only.
+        return str(url), f"teams:{webhook_host(str(url)) or '?'}", None
     return None, None, None

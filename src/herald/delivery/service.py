@@ -17,6 +17,8 @@ REPLAYABLE_QUEUES = (
     "notification.sms",
     "notification.push",
     "notification.telegram",
+    "notification.slack",
+    "notification.teams",
 )
 
 

@@ -72,6 +72,7 @@ async def load_school(conn: AsyncConnection, school: School) -> LoadSummary:
                 timezone=person.timezone,
                 country=person.country,
                 telegram_chat_id=person.telegram_chat_id,
+                slack_id=person.slack_id,
                 roles=list(person.roles),
             )
             for person in school.people

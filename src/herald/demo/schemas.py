@@ -46,6 +46,7 @@ class DemoConfig(_Model):
     tenant: str
     api_key: str
     groups: list[DemoGroup]
+    # The channels of the page's test announcement (announcement.posted's).
     channels: list[str]
     # category → channel → the code default, so the page can tell an override from a default.
     preference_defaults: dict[str, dict[str, bool]]

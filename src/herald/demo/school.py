@@ -40,6 +40,7 @@ class Person:
     timezone: str = TIMEZONE
     country: str = COUNTRY
     telegram_chat_id: str | None = None
+    slack_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,8 @@ DEPUTY = ("ramila-adhikari", "Ramila Adhikari", "en")
 DEMO_GUARDIAN = "ramesh-shrestha"
 # What makes the demo guardian reachable beyond email and the inbox (see the module docstring).
 DEMO_TELEGRAM_CHAT_ID = "100200300"
+# The principal reads staff notices in Slack (`herald dev` records them in the outbox).
+DEMO_PRINCIPAL_SLACK_ID = "U0DEMOPRINCIPAL"
 DEMO_DEVICES = (PushDevice(DEMO_GUARDIAN, "demo-push-token-ramesh-android", "android"),)
 DEMO_OPT_INS = (OptIn(DEMO_GUARDIAN, "announcement", "sms"),)
 # One weekday reminder to 7A's guardians (the demo guardian among them): it arrives on the demo
@@ -293,6 +296,7 @@ def build_school() -> School:
         roles=("principal",),
         email=_email(external_id),
         phone=_phone(5, 100),
+        slack_id=DEMO_PRINCIPAL_SLACK_ID,
     )
 
     external_id, name, locale = DEPUTY

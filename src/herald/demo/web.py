@@ -31,6 +31,7 @@ from herald.auth import service as auth
 from herald.channels import email
 from herald.channels.base import Message, Provider
 from herald.channels.mock import MockProvider
+from herald.channels.teams import webhook_host
 from herald.config import Settings
 from herald.demo.schemas import (
     DemoConfig,
@@ -45,6 +46,7 @@ from herald.demo.schemas import (
 )
 from herald.demo.school import School
 from herald.errors import Forbidden, NotFound, PersonNotFound
+from herald.kinds.sample import ANNOUNCEMENT
 from herald.preferences import service as preferences
 
 STATIC_DIR: Final = Path(__file__).with_name("static")
@@ -149,7 +151,8 @@ def build_router(
             tenant=school.tenant_id,
             api_key=api_key,
             groups=[DemoGroup(id=g.external_id, name=g.name) for g in school.groups],
-            channels=list(vocabulary.CHANNELS),
+            # The channels the page's test announcement may pick: announcement.posted's.
+            channels=[c for c in vocabulary.CHANNELS if c in ANNOUNCEMENT.channels],
             preference_defaults={
                 category: {
                     channel: preferences.category_default(category, channel)
@@ -209,7 +212,10 @@ def read_outbox(settings: Settings, providers: Mapping[str, Provider]) -> Outbox
 
 
 def _message(settings: Settings, message: Message) -> OutboxMessage:
-    sender, body, body_html = None, message.body, message.body_html
+    sender, body, body_html, to = None, message.body, message.body_html, message.to
+    if message.channel == "teams":
+        # A Teams webhook URL is a credential: the outbox names its host only.
+        to = f"webhook on {webhook_host(message.to) or '?'}"
     if message.channel == "email":
         # The email as the email providers would build it: the HTML layout and the text part.
         built = email.build_email(message, settings)
@@ -217,7 +223,7 @@ def _message(settings: Settings, message: Message) -> OutboxMessage:
     return OutboxMessage(
         channel=message.channel,
         sender=sender,
-        to=message.to,
+        to=to,
         title=message.title,
         body=body,
         body_html=body_html,
@@ -265,6 +271,8 @@ def demo_identities(school: School) -> list[DemoIdentity]:
             reachable.append("push")
         if person.telegram_chat_id:
             reachable.append("telegram")
+        if person.slack_id:
+            reachable.append("slack")
         for role in person.roles:
             identities.append(
                 DemoIdentity(

@@ -413,6 +413,8 @@ def _as_stored(person: PersonBatchItem) -> readback.StoredPerson:
             country=person.country,
             status=person.status,
             telegram_chat_id=person.telegram_chat_id,
+            slack_id=person.slack_id,
+            teams_webhook_url=person.teams_webhook_url,
         ),
         roles=frozenset(person.role_codes()),
     )

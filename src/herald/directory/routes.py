@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 
-from herald.auth.deps import DirectoryWriter, transaction
+from herald.auth.deps import DirectoryWriter, state, transaction
 from herald.db import conflicts
 from herald.directory import service
 from herald.directory.schemas import (
@@ -73,7 +73,9 @@ async def put_person(
 ) -> PersonUpserted:
     """Create or replace a person (201 created / 200 updated or revived)."""
     async with transaction(request) as conn:
-        result = await service.upsert_person(conn, caller.tenant_id, external_id, body)
+        result = await service.upsert_person(
+            conn, caller.tenant_id, external_id, body, settings=state(request).settings
+        )
     _created(response, result.created)
     return PersonUpserted(id=result.id, external_id=external_id, created=result.created)
 
@@ -115,7 +117,9 @@ async def put_people(
 ) -> PeopleBatchResult:
     """Create or replace up to 1,000 people in one transaction: all of them or none."""
     async with transaction(request) as conn:
-        result = await service.upsert_people(conn, caller.tenant_id, body.people)
+        result = await service.upsert_people(
+            conn, caller.tenant_id, body.people, settings=state(request).settings
+        )
     return PeopleBatchResult(created=result.created, updated=result.updated)
 
 

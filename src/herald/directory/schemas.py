@@ -156,6 +156,28 @@ TelegramChatId = Annotated[
         }
     ),
 ]
+# A Slack member (U…, W…), channel (C…, G…) or direct-message (D…) id: the letter, then 8 to 20
+# upper-case letters and digits. A name (#general, @asha) is refused: chat.postMessage to a name
+# is ambiguous and breaks when the channel is renamed.
+_SLACK_ID_PATTERN = r"^(?:[UWCGD][A-Z0-9]{8,20})?$"
+SlackId = (
+    Annotated[
+        str,
+        StringConstraints(max_length=21, pattern=_SLACK_ID_PATTERN),
+        AfterValidator(_empty_to_none),
+    ]
+    | None
+)
+# A Teams incoming or Workflows webhook URL. Its shape is checked here; where it points (https,
+# a public address: the webhook SSRF guard) by the directory service when it is set.
+TeamsWebhookUrl = (
+    Annotated[
+        str,
+        StringConstraints(max_length=2000, pattern=r"^(?:https?://[^\s]+)?$"),
+        AfterValidator(_empty_to_none),
+    ]
+    | None
+)
 Locale = Annotated[
     str, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
 ]
@@ -196,6 +218,9 @@ class PersonInput(_Model):
     country: Country = None
     status: vocabulary.PersonStatus = "active"
     telegram_chat_id: TelegramChatId = None
+    # Staff chat destinations (issue 46); write-only: no answer ever shows them.
+    slack_id: SlackId = None
+    teams_webhook_url: TeamsWebhookUrl = None
     roles: Annotated[list[RoleCode], Field(max_length=MAX_ROLES_PER_PERSON)] = Field(
         default_factory=list
     )

@@ -37,6 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from herald import vocabulary
 from herald.audit import service as audit
 from herald.auth.service import Operator
+from herald.channels import destination
+from herald.config import Settings, get_settings
 from herald.directory.queries import erasure, records
 from herald.directory.schemas import (
     MAX_BATCH,
@@ -113,7 +115,12 @@ def _key(value: str, what: str) -> str:
 
 
 async def upsert_person(
-    conn: AsyncConnection, tenant_id: str, external_id: str, person: PersonInput
+    conn: AsyncConnection,
+    tenant_id: str,
+    external_id: str,
+    person: PersonInput,
+    *,
+    settings: Settings | None = None,
 ) -> UpsertResult:
     """Create or replace one person by external id, reviving a soft-deleted one.
 
@@ -122,12 +129,16 @@ async def upsert_person(
     written) when a role code is not defined in the tenant.
     """
     _key(external_id, "externalId")
-    (row,) = await _write_people(conn, tenant_id, [(external_id, person)])
+    (row,) = await _write_people(conn, tenant_id, [(external_id, person)], settings)
     return UpsertResult(id=row.public_id, created=row.created)
 
 
 async def upsert_people(
-    conn: AsyncConnection, tenant_id: str, people: Sequence[PersonBatchItem]
+    conn: AsyncConnection,
+    tenant_id: str,
+    people: Sequence[PersonBatchItem],
+    *,
+    settings: Settings | None = None,
 ) -> BatchResult:
     """Create or replace up to 1,000 people in a few set-based statements.
 
@@ -143,14 +154,39 @@ async def upsert_people(
         raise DirectoryBatchDuplicate(
             f"external id(s) appear more than once: {', '.join(repeated[:10])}"
         )
-    rows = await _write_people(conn, tenant_id, [(p.external_id, p) for p in people])
+    rows = await _write_people(conn, tenant_id, [(p.external_id, p) for p in people], settings)
     created = sum(1 for row in rows if row.created)
     return BatchResult(created=created, updated=len(rows) - created)
 
 
+async def _check_teams_webhooks(
+    people: Sequence[tuple[str, PersonInput]], settings: Settings | None
+) -> None:
+    """Every Teams webhook URL through the webhook SSRF guard: https, public addresses only (or
+    what HERALD_WEBHOOK_ALLOWED_HOSTS / _ALLOW_LOOPBACK allow). Raises before anything is written;
+    the message names the person, never the URL (it is a credential)."""
+    wanted = [(eid, p.teams_webhook_url) for eid, p in people if p.teams_webhook_url]
+    if not wanted:
+        return
+    settings = settings or get_settings()
+    checked: dict[str, None] = {}
+    for external_id, url in wanted:
+        if url in checked:
+            continue
+        try:
+            await destination.resolve(url, settings)
+        except ValidationFailed as exc:
+            raise type(exc)(f"teamsWebhookUrl of {external_id}: {exc.message}") from None
+        checked[url] = None
+
+
 async def _write_people(
-    conn: AsyncConnection, tenant_id: str, people: Sequence[tuple[str, PersonInput]]
+    conn: AsyncConnection,
+    tenant_id: str,
+    people: Sequence[tuple[str, PersonInput]],
+    settings: Settings | None = None,
 ) -> list[records.UpsertedPerson]:
+    await _check_teams_webhooks(people, settings)
     # Every role code of the whole batch is resolved in one query, before any write.
     wanted = {code for _, person in people for code in person.role_codes()}
     role_ids = await records.role_ids_by_code(conn, tenant_id, sorted(wanted))
@@ -173,6 +209,8 @@ async def _write_people(
                 country=person.country,
                 status=person.status,
                 telegram_chat_id=person.telegram_chat_id,
+                slack_id=person.slack_id,
+                teams_webhook_url=person.teams_webhook_url,
             )
             for external_id, person in people
         ],

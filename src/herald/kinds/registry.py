@@ -19,6 +19,10 @@ from herald.errors import RegistryError, TelegramTemplateInvalid
 from herald.rendering.interpolate import malformed_placeholders, placeholders
 from herald.rendering.telegram import validate_telegram_template
 
+# Channels whose templates have a title: the email subject, the push and in-app heading, Slack's
+# header block and the Teams card's heading. SMS and Telegram have a body only.
+TITLED_CHANNELS: frozenset[str] = frozenset({"in_app", "email", "push", "slack", "teams"})
+
 # Every template may use the recipient's name (the per-recipient overlay, R-AUD-15).
 RECIPIENT_VARIABLES: frozenset[str] = frozenset({"name"})
 
@@ -27,7 +31,9 @@ RECIPIENT_VARIABLES: frozenset[str] = frozenset({"name"})
 class Template:
     """One channel's wording in one locale: `{{name}}` placeholders, nothing else (R-RENDER-8).
 
-    `title` is the email subject, the push/in-app title; SMS and Telegram have only a body.
+    `title` is the email subject, the push/in-app title, the Slack header, the Teams heading;
+    SMS and Telegram have only a body. Slack and Teams wording is plain text (escaped for them
+    by their providers).
     """
 
     body: str
@@ -243,7 +249,7 @@ def _validate(kind: Kind) -> None:
                         f"{where}: {channel}/{locale} has placeholders that are not flat names "
                         f"{malformed}"
                     )
-                if channel in ("in_app", "email", "push") and not builder.title:
+                if channel in TITLED_CHANNELS and not builder.title:
                     raise RegistryError(f"{where}: {channel}/{locale} needs a title")
                 if channel == "telegram":
                     try:

@@ -210,6 +210,29 @@ SYSTEM_MAINTENANCE = Kind(
     },
 )
 
+# For staff (issue 46): Slack and Teams carry plain text, which their providers escape.
+STAFF_NOTICE = Kind(
+    name="staff.notice",
+    category="announcement",
+    channels=("in_app", "email", "slack", "teams"),
+    variables={"title": "Staff meeting moved", "message": "It is now at 15:30 in the library."},
+    templates={
+        "in_app": _both(
+            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
+        ),
+        "email": _both(
+            T(title="{{title}}", body="Dear {{name}},\n\n{{message}}"),
+            T(title="{{title}}", body="प्रिय {{name}},\n\n{{message}}"),
+        ),
+        "slack": _both(
+            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
+        ),
+        "teams": _both(
+            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
+        ),
+    },
+)
+
 # What a reminder schedule sends (DESIGN.md §5.2): its title and message are the schedule's.
 REMINDER_NOTICE = Kind(
     name="reminder.notice",
@@ -326,6 +349,7 @@ SAMPLE_REGISTRY = Registry(
         TRANSPORT_DELAY,
         EVENT_SCHEDULED,
         SYSTEM_MAINTENANCE,
+        STAFF_NOTICE,
         REMINDER_NOTICE,
         ACCOUNT_WELCOME,
         PASSWORD_RESET,

@@ -53,9 +53,24 @@ from herald.preferences.schemas import (
 )
 
 
-def _row(in_app: bool, email: bool, push: bool, sms: bool, telegram: bool) -> Mapping[str, bool]:
+def _row(
+    in_app: bool, email: bool, push: bool, sms: bool, telegram: bool, *, personal: bool = False
+) -> Mapping[str, bool]:
+    # Slack and Teams, the staff channels (issue 46), follow email: a person has a Slack id or a
+    # Teams webhook only when their school set one, so that is the opt-in, and they carry what a
+    # work inbox would. Except what is personal (security, account): a Slack or Teams
+    # destination may be a channel other people read.
+    chat = email and not personal
     return MappingProxyType(
-        {"in_app": in_app, "email": email, "push": push, "sms": sms, "telegram": telegram}
+        {
+            "in_app": in_app,
+            "email": email,
+            "push": push,
+            "sms": sms,
+            "telegram": telegram,
+            "slack": chat,
+            "teams": chat,
+        }
     )
 
 
@@ -65,8 +80,12 @@ _USUAL = _row(in_app=True, email=True, push=True, sms=False, telegram=True)
 # default is a bill nobody chose (R-PREF-11).
 CATEGORY_DEFAULTS: Mapping[str, Mapping[str, bool]] = MappingProxyType(
     {
-        "security": _row(in_app=True, email=True, push=True, sms=True, telegram=True),
-        "account": _row(in_app=True, email=True, push=False, sms=False, telegram=False),
+        "security": _row(
+            in_app=True, email=True, push=True, sms=True, telegram=True, personal=True
+        ),
+        "account": _row(
+            in_app=True, email=True, push=False, sms=False, telegram=False, personal=True
+        ),
         "announcement": _USUAL,
         "academic": _USUAL,
         "attendance": _USUAL,

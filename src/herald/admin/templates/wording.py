@@ -27,14 +27,15 @@ from herald.errors import (
     TemplateTitleNotAllowed,
     TemplateTitleRequired,
 )
-from herald.kinds import Kind, Registry, Template
+from herald.kinds import Kind, Registry, Template, registry
 from herald.kinds.registry import RECIPIENT_VARIABLES
 from herald.rendering.interpolate import malformed_placeholders, placeholders
 from herald.rendering.render import Override, render
 from herald.rendering.telegram import validate_telegram_template
 
-# Channels that show a title (email subject, push and in-app heading); SMS and Telegram do not.
-TITLED_CHANNELS = frozenset({"in_app", "email", "push"})
+# Channels that show a title (email subject, push and in-app heading, the Slack header and the
+# Teams card's heading); SMS and Telegram do not. One list, the registry's.
+TITLED_CHANNELS = registry.TITLED_CHANNELS
 
 # Preview data (R-RENDER-41): the kind's declared samples, a masked stand-in for every secret,
 # and an invented recipient name. Nothing is read from a real event or person.

@@ -24,6 +24,8 @@ CHANNEL_WORDS: Mapping[str, str] = {
     "sms": "SMS",
     "push": "push",
     "telegram": "Telegram",
+    "slack": "Slack",
+    "teams": "Microsoft Teams",
 }
 
 _NO_DESTINATION: Mapping[str, str] = {
@@ -31,6 +33,8 @@ _NO_DESTINATION: Mapping[str, str] = {
     "sms": "No phone number on file for this person.",
     "push": "No active push device registered for this person.",
     "telegram": "This person has not linked Telegram, or blocked the bot.",
+    "slack": "No Slack id on file for this person, or Slack said it is gone or closed to the bot.",
+    "teams": "No Teams webhook on file for this person, or Teams said it was deleted.",
     "in_app": "No destination for the inbox.",
 }
 

@@ -97,4 +97,6 @@ export const CHANNEL_LABELS = {
   push: 'Push',
   sms: 'SMS',
   telegram: 'Telegram',
+  slack: 'Slack',
+  teams: 'Teams',
 };

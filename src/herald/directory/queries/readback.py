@@ -37,7 +37,7 @@ async def stored_people(
         granted = await conn.execute(
             SQL["stored_person_roles"], {"tenant_id": tenant_id, "person_ids": list(codes)}
         )
-        for person_id, code in granted.tuples():
+        for person_id, code in granted:
             codes[person_id].add(code)
     # Rows are (id, then the PersonRow columns in their order): positional, for speed at size.
     return {

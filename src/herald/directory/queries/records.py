@@ -82,6 +82,8 @@ class PersonRow:
     country: str | None
     status: str
     telegram_chat_id: str | None
+    slack_id: str | None = None
+    teams_webhook_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ _PERSON_COLUMNS: Final = (
     "country",
     "status",
     "telegram_chat_id",
+    "slack_id",
+    "teams_webhook_url",
 )
 
 
