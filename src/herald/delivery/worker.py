@@ -189,9 +189,8 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
         held = list(batch.open.items())
         try:
             async with engine.begin() as conn:
-                assert batch.span is not None  # open rows came from contexts
                 await tenancy.plan_generically(conn)
-                kept = await queries.extend_leases(conn, held, lease_seconds, batch.span)
+                kept = await queries.extend_leases(conn, held, lease_seconds)
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is not None:
