@@ -157,7 +157,10 @@ WITH u AS (
     DELETE FROM notification_delivery_queue q
      USING u
      WHERE q.delivery_id = ANY(ARRAY(SELECT u.id FROM u)) AND q.delivery_id = u.id
-       AND q.claimed_at = u.claimed_at
+       -- Not `=`: it would prove the lease index's `claimed_at IS NOT NULL`, and the planner
+       -- then read every entry that index holds (an entry for each claim since the last
+       -- vacuum) instead of probing the batch's keys. u.claimed_at is never NULL.
+       AND q.claimed_at IS NOT DISTINCT FROM u.claimed_at
     RETURNING q.delivery_id
 ), ended AS (
     UPDATE notification_delivery d
@@ -236,8 +239,9 @@ SELECT channel FROM entered;
 -- separately from provider failures (R-REAPER-3, R-OBS-5); a reclaim that reaches the maximum
 -- ends the row as dead with its dead letter and leaves the queue instead of queueing it again
 -- (R-REAPER-4). The expired rows are found through notification_delivery_queue_lease_idx and
--- locked first; a queue row whose delivery is no longer queued (none of Herald's writers leave
--- one) is deleted rather than retried for ever.
+-- locked first, and each delivery is reached by its primary key within their months (no state
+-- in the statement: a partial index of one would drive the join). A queue row whose delivery is
+-- gone (none of Herald's writers leave one) is deleted rather than retried for ever.
 WITH expired AS MATERIALIZED (
     SELECT c.delivery_id, c.occurred_at
       FROM notification_delivery_queue c
@@ -257,7 +261,6 @@ WITH expired AS MATERIALIZED (
      WHERE d.id = ANY(ARRAY(SELECT expired.delivery_id FROM expired))
        AND d.occurred_at BETWEEN (SELECT min(occurred_at) FROM expired)
                              AND (SELECT max(occurred_at) FROM expired)
-       AND d.status = 'queued'
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
               d.event_id, d.occurred_at
 ), requeued AS (
@@ -267,8 +270,8 @@ WITH expired AS MATERIALIZED (
      WHERE q.delivery_id = ended.id AND ended.status = 'queued'
 ), dropped AS (
     DELETE FROM notification_delivery_queue q
-     WHERE q.delivery_id = ANY(ARRAY(SELECT expired.delivery_id FROM expired))
-       AND NOT EXISTS (SELECT 1 FROM ended WHERE ended.id = q.delivery_id AND ended.status = 'queued')
+     WHERE q.delivery_id = ANY(ARRAY(SELECT expired.delivery_id FROM expired
+                                     EXCEPT SELECT ended.id FROM ended WHERE ended.status = 'queued'))
 ), {{ended_outbox}}
 )
 SELECT id, status, channel FROM ended;

@@ -2,10 +2,10 @@
 -- (channel, status, count) of deliveries in flight, one branch per state, each written here as a
 -- constant. `status IN (…)` — bound, or even written inline — cannot prove any one partial
 -- index's predicate, so it counted by a sequential scan of the whole table (500 ms at 1,000,000
--- rows, docs/scaling.md); each branch below is answered by one partial index, bounded by the
--- rows in that state, not by history: queued and processing are the queue's unclaimed and
--- claimed rows (notification_delivery_queue_due_idx and _lease_idx: a queued delivery a worker
--- holds is `processing`, herald.db.queue), failed the delivery's failed_due_idx. Scraped every
+-- rows, docs/scaling.md); each branch below reads only the rows in its state, not history:
+-- queued and processing are the queue table's unclaimed and claimed rows (a queued delivery a
+-- worker holds is `processing`, herald.db.queue; the table holds nothing but what is in
+-- flight, so even a sequential read of it is bounded so), failed the delivery's failed_due_idx. Scraped every
 -- few seconds, the statement is prepared and runs as a generic plan: no bound value decides it.
 SELECT channel, 'queued' AS status, count(*) AS n
   FROM notification_delivery_queue WHERE claimed_at IS NULL GROUP BY channel
@@ -28,7 +28,11 @@ SELECT channel, 'queued' AS status, extract(epoch FROM now() - min(next_attempt_
 UNION ALL
 SELECT q.channel, 'processing', extract(epoch FROM now() - min(d.queued_at))
   FROM notification_delivery_queue q
-  JOIN notification_delivery d ON d.id = q.delivery_id AND d.occurred_at = q.occurred_at
+  -- A probe a claimed row (LATERAL … LIMIT 1): as a join, a generic plan hashed a sequential
+  -- scan of every delivery.
+  CROSS JOIN LATERAL (
+        SELECT d.queued_at FROM notification_delivery d
+         WHERE d.id = q.delivery_id AND d.occurred_at = q.occurred_at LIMIT 1) d
  WHERE q.claimed_at IS NOT NULL GROUP BY q.channel
 UNION ALL
 SELECT channel, 'failed', extract(epoch FROM now() - min(queued_at))
