@@ -608,3 +608,99 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         assert conn.execute(PERSON_INDEXES).fetchall() == []
+
+
+QUEUE_STATE = """
+SELECT d.id, d.status, q.delivery_id IS NOT NULL, q.claimed_at, q.lease_expires_at,
+       q.next_attempt_at = d.next_attempt_at, q.channel = d.channel AND q.tenant_id = d.tenant_id
+       AND q.occurred_at = d.occurred_at
+  FROM notification_delivery d
+  LEFT JOIN notification_delivery_queue q ON q.delivery_id = d.id
+ ORDER BY d.id
+"""
+
+# 12,000 queued push deliveries of one recipient (one target each), all due at the same instant:
+# more than one of the migration's batches, their cursor crossing tied due times.
+POPULATE_PUSH = """
+INSERT INTO notification_delivery
+       (tenant_id, event_id, recipient_id, channel, provider_target_id, next_attempt_at, occurred_at)
+SELECT r.tenant_id, r.event_id, r.id, 'push', g, now() - interval '1 minute', r.occurred_at
+  FROM generate_series(1, 12000) g,
+       (SELECT * FROM notification_recipient ORDER BY id DESC LIMIT 1) r
+"""
+
+
+def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
+    """0026 and 0027 on a live database's queue: every queued delivery (the legacy partition's
+    and this month's, more than one batch of them with tied due times) gets its queue row, due
+    when it was; a processing one becomes queued with its claim and lease on its queue row (so
+    it still reads `processing`); failed, sent and dead ones get none. Down puts the claims back
+    on the deliveries and gives back 0025's catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
+    migrate.upgrade(empty_database, "0025")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0022, {"person": "ben"})
+        conn.execute(POPULATE_PUSH)
+        conn.execute(
+            "UPDATE notification_delivery SET status = 'processing', claimed_at = now(), "
+            "lease_expires_at = now() + interval '5 minutes' WHERE id % 7 = 1"
+        )
+        conn.execute(
+            "UPDATE notification_delivery SET status = 'failed', failed_at = now(), attempts = 1, "
+            "failure_count = 1 WHERE id % 7 = 2"
+        )
+        conn.execute(
+            "UPDATE notification_delivery SET status = 'sent', sent_at = now(), attempts = 1 "
+            "WHERE id % 7 = 3 AND channel = 'email'"
+        )
+        before = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
+                "FROM notification_delivery"
+            )
+        }
+    statuses = {state[0] for state in before.values()}
+    assert {"queued", "processing", "failed", "sent"} <= statuses
+    assert sum(state[0] == "queued" for state in before.values()) > 5_000
+    catalog_before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0027")
+    with psycopg.connect(url) as conn:
+        after = {row[0]: row[1:] for row in conn.execute(QUEUE_STATE)}
+    assert after.keys() == before.keys()
+    for delivery_id, (status, claimed_at, lease, _) in before.items():
+        now_status, queued, q_claimed, q_lease, same_due, same_row = after[delivery_id]
+        if status == "queued":
+            assert (now_status, queued, q_claimed, same_due, same_row) == (
+                "queued",
+                True,
+                None,
+                True,
+                True,
+            ), delivery_id
+        elif status == "processing":
+            assert (now_status, queued, q_claimed, q_lease, same_row) == (
+                "queued",
+                True,
+                claimed_at,
+                lease,
+                True,
+            ), delivery_id
+        else:
+            assert (now_status, queued) == (status, False), delivery_id
+
+    migrate.downgrade(empty_database, "0025")
+    assert catalog(empty_database) == catalog_before
+    with psycopg.connect(url) as conn:
+        restored = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
+                "FROM notification_delivery"
+            )
+        }
+    assert restored == before

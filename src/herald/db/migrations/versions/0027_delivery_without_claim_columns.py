@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from herald.db import partitions
+
 revision: str = "0027"
 down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
@@ -55,3 +57,10 @@ def downgrade() -> None:
         f"CREATE INDEX {D}_due_idx ON {D} (channel, next_attempt_at, id) WHERE status = 'queued'"
     )
     op.execute(f"CREATE INDEX {D}_lease_idx ON {D} (lease_expires_at) WHERE status = 'processing'")
+    # Each partition's new indexes under the parent's names plus the month, as 0021 named them.
+    parts = op.get_bind().exec_driver_sql(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        f"WHERE i.inhparent = '{D}'::regclass ORDER BY 1"
+    )
+    for part in parts.scalars().all():
+        op.execute(partitions.rename_indexes_sql(part, part.removeprefix(f"{D}_")))
