@@ -89,15 +89,18 @@ RETURNING q.delivery_id, q.tenant_id, q.occurred_at;
 -- from the joins). Planned together, a tenant with one event — one row to the planner — was read
 -- event first, and the claimed ids ANDed with that event's (event_id, status) index: every entry
 -- of a 1,000,000-person broadcast, 3,363,800 of them (134 ms), for each batch of 200.
--- Each row's claim (the lease token) is its queue row's, read by the queue's primary key.
+-- Each row's claim (the lease token) is its queue row's, one probe of the queue's primary key
+-- a row. As a join, a generic plan estimating a row or two on each side nested the two lists of
+-- ids against each other: 640,000 comparisons, 77 ms, for a batch of 800.
 WITH d AS MATERIALIZED (
     SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts,
-           d.failure_count, q.claimed_at, d.recipient_id, d.event_id, d.occurred_at
+           d.failure_count,
+           (SELECT q.claimed_at FROM notification_delivery_queue q WHERE q.delivery_id = d.id)
+               AS claimed_at,
+           d.recipient_id, d.event_id, d.occurred_at
       FROM notification_delivery d
-      JOIN notification_delivery_queue q ON q.delivery_id = d.id
      WHERE d.id = ANY(CAST(:ids AS bigint[]))
        AND d.occurred_at BETWEEN :first_at AND :last_at
-       AND q.delivery_id = ANY(CAST(:ids AS bigint[]))
 )
 SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.provider_target_id,
        d.attempts, d.failure_count, d.claimed_at, d.occurred_at, d.event_id,
