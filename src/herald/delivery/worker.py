@@ -173,9 +173,8 @@ class _Batch:
 
     def __init__(self, contexts: Sequence[dict[str, Any]]) -> None:
         self.contexts = list(contexts)
+        # Each row's claim (its queue row's claimed_at), the lease token the heartbeat renews.
         self.open: dict[int, datetime] = {c["id"]: c["claimed_at"] for c in contexts}
-        # The rows' occurred_at bounds, which bound the heartbeat's statement (queries.Span).
-        self.span = queries.span_of(c["occurred_at"] for c in contexts) if contexts else None
         self.lost: set[int] = set()
 
     def done(self, delivery_id: int) -> None:
