@@ -1,4 +1,7 @@
-"""What a queue table beside the delivery record would buy, measured before it is built.
+"""What a queue table beside the delivery record would buy, as measured before it was built.
+
+Kept as the design's record: it migrates to 0025, the schema before notification_delivery_queue
+(0026), and compares the shapes there; bench/delivery.py measures the built queue.
 
     .venv/bin/python bench/queue_shapes.py [--deliveries 50000] [--rounds 3] [--batch 100]
 
@@ -383,7 +386,8 @@ def main() -> None:
     name = f"herald_bench_{uuid.uuid4().hex[:8]}"
     url = create_database(server, name)
     try:
-        migrate.upgrade(url)
+        # The schema before the queue table was built (0026): the shapes it compares start there.
+        migrate.upgrade(url, "0025")
         dsn = libpq_url(url)
         results: dict[str, list[dict[str, float]]] = {shape: [] for shape in shapes}
         anchors: list[float] = []

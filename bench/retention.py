@@ -206,8 +206,6 @@ def seed(url: str, deliveries: int) -> Seeded:
                             "p●●●@example.com" if channel == "email" else None,
                             "Sports day moved" if channel in ("in_app", "email") else None,
                             "It is now on Friday." if channel in ("in_app", "email") else None,
-                            None,  # claimed_at
-                            None,  # lease_expires_at
                             ts(occurred),  # the partition key: the recipient's (event's) month
                         )
                     )
@@ -250,6 +248,7 @@ def seed(url: str, deliveries: int) -> Seeded:
                 out.replayed_events.add(eid)
                 deltas[target] = "dead"
                 out.letter_targets.append((eid, target, True))
+        claimed: list[int] = []
         for did, status in deltas.items():
             # Delivery ids were handed out from 1 in order, so row i holds id i + 1.
             base = list(delivery_rows[did - 1])
@@ -260,8 +259,9 @@ def seed(url: str, deliveries: int) -> Seeded:
                 base[11] = ts(NOW)
             elif status == "dead":
                 base[11] = base[12] = ts(NOW)
-            elif status == "processing":
-                base[16], base[17] = ts(NOW), ts(NOW + timedelta(minutes=1))
+            elif status == "processing":  # queued, its queue row claimed (herald.db.queue)
+                base[5] = "queued"
+                claimed.append(did)
             delivery_rows[did - 1] = tuple(base)
 
         with conn.cursor().copy(
@@ -280,11 +280,19 @@ def seed(url: str, deliveries: int) -> Seeded:
         with conn.cursor().copy(
             "COPY notification_delivery (id, tenant_id, recipient_id, event_id, channel, status, "
             "attempts, queued_at, sent_at, delivered_at, skipped_at, failed_at, dead_at, "
-            "destination_hint, rendered_title, rendered_body, claimed_at, lease_expires_at, "
-            "occurred_at) FROM STDIN"
+            "destination_hint, rendered_title, rendered_body, occurred_at) FROM STDIN"
         ) as copy:
             for row in delivery_rows:
                 copy.write_row(row)
+        conn.execute(
+            "INSERT INTO notification_delivery_queue (delivery_id, tenant_id, channel, "
+            "occurred_at, next_attempt_at, claimed_at, lease_expires_at) "
+            "SELECT id, tenant_id, channel, occurred_at, next_attempt_at, "
+            "CASE WHEN id = ANY(%(claimed)s) THEN now() END, "
+            "CASE WHEN id = ANY(%(claimed)s) THEN now() + interval '1 minute' END "
+            "FROM notification_delivery WHERE status = 'queued'",
+            {"claimed": claimed},
+        )
         with conn.cursor().copy(
             "COPY notification_delivery_attempt (tenant_id, delivery_id, outcome, attempt_number, "
             "error_code, occurred_at) FROM STDIN"

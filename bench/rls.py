@@ -65,7 +65,7 @@ def clear_fanout(url: str) -> None:
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute(
             "TRUNCATE broadcast, notification_delivery_attempt, dead_letter, notification_delivery, "
-            "notification_recipient, notification_event"
+            "notification_delivery_queue, notification_recipient, notification_event"
         )
         conn.execute("VACUUM ANALYZE")
 
@@ -123,8 +123,8 @@ async def claim_all(url: str) -> float:
     await engine.dispose()
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute(
-            "UPDATE notification_delivery SET status = 'queued', claimed_at = NULL, "
-            "lease_expires_at = NULL WHERE status = 'processing'"
+            "UPDATE notification_delivery_queue SET claimed_at = NULL, lease_expires_at = NULL "
+            "WHERE claimed_at IS NOT NULL"
         )
     return elapsed
 

@@ -42,6 +42,8 @@ SKIPPED_STATUSES: Final[tuple[str, ...]] = (
 )
 DeliveryStatus = Literal[
     "queued",
+    # Published, not stored: a queued delivery whose queue row carries a worker's claim
+    # (herald.db.queue); the record itself stays queued.
     "processing",
     "sent",
     "delivered",

@@ -125,12 +125,13 @@ async def first_claim_on(node_url: str, tenant: str, deadline: float) -> datetim
     claim's time. A claim made there stamps claimed_at (clock_timestamp()) after the promotion, so
     after the last transaction it replayed from the old primary, while every claim made on the old
     primary committed, and so was replayed, after its own claimed_at. Claimed rows stay
-    `processing` (claimed_at set) until their group's outcomes are recorded — over a second for a
+    `processing` (their queue rows' claimed_at set) until their group's outcomes are recorded —
+    over a second for a
     batch at this SMTP pace — so a poll every 50 ms cannot miss them all. (Outcomes recorded there
     first are no claim: they belong to sends claimed on the old primary.)"""
     sql = """
         SELECT pg_is_in_recovery(),
-               (SELECT min(claimed_at) FROM notification_delivery
+               (SELECT min(claimed_at) FROM notification_delivery_queue
                  WHERE tenant_id = %(t)s AND claimed_at > pg_last_xact_replay_timestamp())
     """
     while time.monotonic() < deadline:

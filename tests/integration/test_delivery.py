@@ -66,6 +66,14 @@ def delivery_settings(settings: Settings, tmp_path: Any) -> Settings:
     )
 
 
+async def queue_rows(engine: AsyncEngine, tenant: str) -> list[dict[str, Any]]:
+    """The tenant's queue rows (herald.db.queue), as the schema owner."""
+    q = s.notification_delivery_queue
+    query = select(q).where(q.c.tenant_id == tenant).order_by(q.c.delivery_id)
+    async with engine.connect() as conn:
+        return [dict(r._mapping) for r in await conn.execute(query)]
+
+
 async def email_delivery(
     engine: AsyncEngine, tenant: str, *, email: str | None = "parent@example.com", **event: Any
 ) -> dict[str, Any]:
@@ -81,6 +89,10 @@ async def email_delivery(
     await run_to_completion(engine, tenant)
     rows = await delivery_rows(engine, tenant)
     assert len(rows) == 1 and rows[0]["status"] == "queued"
+    # Queued at fan-out with its queue row, due and unclaimed.
+    [entry] = await queue_rows(engine, tenant)
+    assert entry["delivery_id"] == rows[0]["id"] and entry["claimed_at"] is None
+    assert entry["occurred_at"] == rows[0]["occurred_at"] and entry["channel"] == "email"
     return rows[0]
 
 
@@ -164,7 +176,8 @@ async def test_sent(
     assert message.idempotency_key == str(row["public_id"])
     [done] = await delivery_rows(engine, tenant)
     assert done["status"] == "sent" and done["sent_at"] is not None and done["attempts"] == 1
-    assert done["claimed_at"] is None and done["lease_expires_at"] is None
+    # The claim and its lease were the queue row's, and it went with the outcome.
+    assert await queue_rows(engine, tenant) == []
     assert done["provider_message_id"] == "msg-1"
     assert done["destination_hint"] == "p●●●@example.com"
     assert done["rendered_title"] == "Sports day moved" and done["rendered_hash"] is not None
@@ -338,8 +351,8 @@ async def test_lease_expiry_reclaims_then_kills(
         assert [c[0] for c in claimed] == [row["id"]]
         async with engine.begin() as conn:  # the worker died: its lease runs out
             await conn.execute(
-                update(s.notification_delivery)
-                .where(s.notification_delivery.c.id == row["id"])
+                update(s.notification_delivery_queue)
+                .where(s.notification_delivery_queue.c.delivery_id == row["id"])
                 .values(lease_expires_at=func.now() - timedelta(seconds=1))
             )
         await run_tick(engine, delivery_settings, backfill_channels=[])
@@ -366,8 +379,8 @@ async def test_late_outcome_is_not_written(
         [context] = await dq.load_send_contexts(conn, [claimed_id], (occurred_at, occurred_at))
     async with engine.begin() as conn:
         await conn.execute(
-            update(s.notification_delivery)
-            .where(s.notification_delivery.c.id == row["id"])
+            update(s.notification_delivery_queue)
+            .where(s.notification_delivery_queue.c.delivery_id == row["id"])
             .values(lease_expires_at=func.now() - timedelta(seconds=1))
         )
     await run_tick(engine, delivery_settings, backfill_channels=[])
@@ -836,10 +849,13 @@ async def test_a_batch_spanning_months_is_sent_and_recorded_whole(
         ).scalars()
         await conn.execute(
             text(
-                "INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, "
-                "status, next_attempt_at, occurred_at) SELECT tenant_id, :event, :recipient, "
-                "channel, 'queued', now() - interval '1 minute', :at FROM notification_delivery "
-                "WHERE id = :id"
+                "WITH d AS (INSERT INTO notification_delivery (tenant_id, event_id, "
+                "recipient_id, channel, status, next_attempt_at, occurred_at) SELECT tenant_id, "
+                ":event, :recipient, channel, 'queued', now() - interval '1 minute', :at "
+                "FROM notification_delivery WHERE id = :id "
+                "RETURNING id, tenant_id, channel, occurred_at, next_attempt_at) "
+                "INSERT INTO notification_delivery_queue (delivery_id, tenant_id, channel, "
+                "occurred_at, next_attempt_at) SELECT * FROM d"
             ),
             {"event": event_id, "recipient": recipient_id, "at": occurred_at, "id": today["id"]},
         )

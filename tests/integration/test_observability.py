@@ -169,11 +169,10 @@ async def test_reaper_counts_the_lease_expiries_it_reclaims(
 ) -> None:
     row = await email_delivery(engine, tenant)
     async with engine.begin() as conn:
-        await conn.execute(
-            update(s.notification_delivery)
-            .where(s.notification_delivery.c.id == row["id"])
+        await conn.execute(  # claimed five minutes ago by a worker that died
+            update(s.notification_delivery_queue)
+            .where(s.notification_delivery_queue.c.delivery_id == row["id"])
             .values(
-                status="processing",
                 claimed_at=func.now() - timedelta(minutes=5),
                 lease_expires_at=func.now() - timedelta(minutes=1),
             )

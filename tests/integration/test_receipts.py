@@ -317,13 +317,15 @@ async def test_a_receipt_ahead_of_the_recorder_is_refused_for_a_retry(
     sends it again, and nothing changes meanwhile."""
     email_id = f"re_{uuid.uuid4().hex}"
     row = await sent_email(engine, tenant, vault, settings, email_id)
-    d = s.notification_delivery
-    async with engine.begin() as conn:
+    d, q = s.notification_delivery, s.notification_delivery_queue
+    async with engine.begin() as conn:  # claimed again: queued, its queue row holding a claim
+        await conn.execute(update(d).where(d.c.id == row["id"]).values(status="queued"))
         await conn.execute(
-            update(d)
-            .where(d.c.id == row["id"])
-            .values(
-                status="processing",
+            q.insert().values(
+                delivery_id=row["id"],
+                tenant_id=tenant,
+                channel="email",
+                occurred_at=row["occurred_at"],
                 claimed_at=func.now(),
                 lease_expires_at=func.now() + text("interval '1 minute'"),
             )
@@ -331,7 +333,10 @@ async def test_a_receipt_ahead_of_the_recorder_is_refused_for_a_retry(
     answer = await post_resend(client, "email.delivered", email_id)
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "PROVIDER_RECEIPT_EARLY"
-    assert (await delivery_rows(engine, tenant))[0]["status"] == "processing"
+    assert (await delivery_rows(engine, tenant))[0]["status"] == "queued"
+    async with engine.connect() as conn:
+        claim = select(q.c.claimed_at).where(q.c.delivery_id == row["id"])
+        assert (await conn.execute(claim)).scalar_one() is not None
 
 
 async def set_phone(engine: AsyncEngine, tenant: str, phone: str) -> None:

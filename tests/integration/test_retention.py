@@ -111,10 +111,7 @@ async def recipient(
 STATUS_COLUMNS: dict[str, dict[str, Any]] = {
     "queued": {},
     "failed": {"failed_at": func.now(), "last_error": "EMAIL_TRANSPORT"},
-    "processing": {
-        "claimed_at": func.now(),
-        "lease_expires_at": func.now() + timedelta(minutes=1),
-    },
+    "processing": {},  # queued, its queue row claimed (below)
     "sent": {"sent_at": func.now()},
     "delivered": {"sent_at": func.now(), "delivered_at": func.now()},
     "dead": {"failed_at": func.now(), "dead_at": func.now(), "last_error": "EMAIL_TRANSPORT"},
@@ -142,7 +139,8 @@ async def delivery(
                 event_id=event_id,
                 recipient_id=recipient_id,
                 channel=channel,
-                status=status,
+                # `processing` is a queued delivery whose queue row holds a claim (db.queue).
+                status="queued" if status == "processing" else status,
                 attempts=attempts,
                 destination_hint="p●●●@example.com",
                 occurred_at=seed.recipient_month(recipient_id),
@@ -151,6 +149,17 @@ async def delivery(
             .returning(s.notification_delivery.c.id, s.notification_delivery.c.public_id)
         )
     ).one()
+    if status in ("queued", "processing"):
+        claimed = {"claimed_at": func.now(), "lease_expires_at": func.now() + timedelta(minutes=1)}
+        await conn.execute(
+            insert(s.notification_delivery_queue).values(
+                delivery_id=row.id,
+                tenant_id=tenant,
+                channel=channel,
+                occurred_at=seed.recipient_month(recipient_id),
+                **(claimed if status == "processing" else {}),
+            )
+        )
     for number in range(1, attempts + 1):
         await conn.execute(
             insert(s.notification_delivery_attempt).values(

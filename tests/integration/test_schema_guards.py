@@ -166,8 +166,15 @@ async def test_delivery_row_guards(engine: AsyncEngine, tenant: str) -> None:
             rendered_title="t",
             rendered_body="b",
         )
+    q = s.notification_delivery_queue
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(q).values(
+                delivery_id=email, tenant_id=tenant, channel="email", occurred_at=s.NOW
+            )
+        )
     assert "lease_pair" in await refused(
-        engine, update(d).where(d.c.id == email).values(lease_expires_at=s.NOW)
+        engine, update(q).where(q.c.delivery_id == email).values(lease_expires_at=s.NOW)
     )
     assert "skipped_pair" in await refused(
         engine, update(d).where(d.c.id == email).values(status="skipped_preference")

@@ -19,6 +19,7 @@ from herald.auth.service import create_api_key
 from herald.channels.smtp import SmtpEmailProvider
 from herald.config import Settings
 from herald.db import schema as s
+from herald.delivery import service as delivery_service
 from herald.delivery.worker import deliver_batch
 from herald.errors import ConfigurationError
 from herald.kinds.sample import SAMPLE_REGISTRY
@@ -406,8 +407,9 @@ async def test_transient_failure_keeps_the_secret_for_the_retry(
         await conn.execute(
             update(s.notification_delivery)
             .where(s.notification_delivery.c.tenant_id == tenant)
-            .values(status="queued", failed_at=None, last_error=None, next_attempt_at=func.now())
+            .values(next_attempt_at=func.now())
         )
+        await delivery_service.requeue_due_failures(conn, limit=100)
     await deliver_email(engine, smtp_settings, vault, tenant)
     [received] = smtp.handler.received
     assert TOKEN in body_text(received.content)
@@ -471,8 +473,9 @@ async def test_vault_outage_is_retried_not_dropped(
         await conn.execute(
             update(s.notification_delivery)
             .where(s.notification_delivery.c.tenant_id == tenant)
-            .values(status="queued", failed_at=None, last_error=None, next_attempt_at=func.now())
+            .values(next_attempt_at=func.now())
         )
+        await delivery_service.requeue_due_failures(conn, limit=100)
     await deliver_email(engine, smtp_settings, vault, tenant)
     [received] = smtp.handler.received
     assert TOKEN in body_text(received.content)

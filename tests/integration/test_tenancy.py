@@ -196,6 +196,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "notification_event",
             "notification_recipient",
             "notification_delivery",
+            "notification_delivery_queue",
             "feed_notification",
             "feed_notification_read",
             "followup",
@@ -226,7 +227,13 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
 
         conn.execute(f"SET ROLE {tenancy.APP_ROLE}")  # no tenant at all: nothing
         conn.execute("SELECT set_config(%s, '', false)", (tenancy.TENANT_SETTING,))
-        for table in ("person", "notification_event", "notification_delivery", "pending_receipt"):
+        for table in (
+            "person",
+            "notification_event",
+            "notification_delivery",
+            "notification_delivery_queue",
+            "pending_receipt",
+        ):
             count = conn.execute(
                 sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
             ).fetchone()

@@ -454,15 +454,15 @@ async def test_followup_reminded_and_reaper_dead_are_emitted(
     queued = await email_delivery(engine, other)
     async with engine.begin() as conn:
         assert await claim_due_deliveries(conn, "email", 10, 60, other)
-    d = s.notification_delivery
+    d, q = s.notification_delivery, s.notification_delivery_queue
     async with engine.begin() as conn:
         await conn.execute(
-            update(d)
-            .where(d.c.id == queued["id"])
-            .values(
-                attempts=settings.max_attempts,
-                lease_expires_at=func.now() - timedelta(seconds=1),
-            )
+            update(d).where(d.c.id == queued["id"]).values(attempts=settings.max_attempts)
+        )
+        await conn.execute(  # its lease ran out (the claim is the queue row's)
+            update(q)
+            .where(q.c.delivery_id == queued["id"])
+            .values(lease_expires_at=func.now() - timedelta(seconds=1))
         )
         await delivery.reclaim_expired_leases(conn, max_attempts=settings.max_attempts, limit=100)
     [dead] = await messages(engine, other)

@@ -613,9 +613,9 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
 def test_attempt_provider_migration_keeps_the_attempts(empty_database: str) -> None:
     """0028 on a database holding attempts: they keep every value and read NULL for provider and
     passed_over (written before failover existed); each attempt partition has both columns; down
-    gives back 0025's catalog with the attempts still there."""
+    gives back 0027's catalog with the attempts still there."""
     url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0025")
+    migrate.upgrade(empty_database, "0027")
     with psycopg.connect(url) as conn:
         conn.execute(POPULATE_0022, {"person": "ada"})
         conn.execute(
@@ -640,7 +640,7 @@ def test_attempt_provider_migration_keeps_the_attempts(empty_database: str) -> N
             "WHERE i.inhparent = 'notification_delivery_attempt'::regclass"
         ).fetchone()
         assert partitioned is not None and partitioned[0] == partitioned[1] == partitioned[2] > 0
-    migrate.downgrade(empty_database, "0025")
+    migrate.downgrade(empty_database, "0027")
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         count = conn.execute("SELECT count(*) FROM notification_delivery_attempt").fetchone()
@@ -653,7 +653,7 @@ def test_webpush_devices_migration_on_a_populated_database(empty_database: str) 
     them; down deletes the webpush devices (no earlier release could send them) and gives back
     the earlier catalog."""
     url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0025")
+    migrate.upgrade(empty_database, "0028")
     insert_token = (
         "INSERT INTO notification_push_token (tenant_id, person_id, token, platform) "
         "VALUES ('t1', (SELECT id FROM person WHERE external_id = 'ana'), %s, %s)"
@@ -686,7 +686,7 @@ def test_webpush_devices_migration_on_a_populated_database(empty_database: str) 
         ]:
             with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
                 conn.execute(keyed, row)
-    migrate.downgrade(empty_database, "0025")
+    migrate.downgrade(empty_database, "0028")
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT token FROM notification_push_token ORDER BY id").fetchall() == [
@@ -739,12 +739,12 @@ def test_staff_channels_migration_on_a_populated_database(empty_database: str) -
     event, a delivery, its attempt and a preference on them go in), the person's destination
     columns arrive with their flags on, and the rows already there are untouched; down removes
     what only the new channels held (an event keeps its other channels, or the inbox) and gives
-    back 0025's catalog."""
+    back 0029's catalog."""
     url = libpq_url(empty_database)
     migrate.upgrade(empty_database, "0020")
     with psycopg.connect(url) as conn:
         conn.execute(POPULATE_0020)
-    migrate.upgrade(empty_database, "0025")
+    migrate.upgrade(empty_database, "0029")
     before = catalog(empty_database)
     with psycopg.connect(url) as conn:
         kept = conn.execute(ROWS).fetchone()
@@ -763,9 +763,105 @@ def test_staff_channels_migration_on_a_populated_database(empty_database: str) -
             "enabled) SELECT 't', id, 'fax', true FROM person"
         )
 
-    migrate.downgrade(empty_database, "0025")
+    migrate.downgrade(empty_database, "0029")
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         assert conn.execute(STAFF_ROWS).fetchone() == (0, 0, ["email", "in_app"], 12)
         # The old deliveries and attempts as they were (the staff events keep their recipients).
         assert conn.execute(ROWS).fetchone()[1:] == kept[1:]
+
+
+QUEUE_STATE = """
+SELECT d.id, d.status, q.delivery_id IS NOT NULL, q.claimed_at, q.lease_expires_at,
+       q.next_attempt_at = d.next_attempt_at, q.channel = d.channel AND q.tenant_id = d.tenant_id
+       AND q.occurred_at = d.occurred_at
+  FROM notification_delivery d
+  LEFT JOIN notification_delivery_queue q ON q.delivery_id = d.id
+ ORDER BY d.id
+"""
+
+# 12,000 queued push deliveries of one recipient (one target each), all due at the same instant:
+# more than one of the migration's batches, their cursor crossing tied due times.
+POPULATE_PUSH = """
+INSERT INTO notification_delivery
+       (tenant_id, event_id, recipient_id, channel, provider_target_id, next_attempt_at, occurred_at)
+SELECT r.tenant_id, r.event_id, r.id, 'push', g, now() - interval '1 minute', r.occurred_at
+  FROM generate_series(1, 12000) g,
+       (SELECT * FROM notification_recipient ORDER BY id DESC LIMIT 1) r
+"""
+
+
+def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
+    """0026 and 0027 on a live database's queue: every queued delivery (the legacy partition's
+    and this month's, more than one batch of them with tied due times) gets its queue row, due
+    when it was; a processing one becomes queued with its claim and lease on its queue row (so
+    it still reads `processing`); failed, sent and dead ones get none. Down puts the claims back
+    on the deliveries and gives back 0025's catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
+    migrate.upgrade(empty_database, "0025")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0022, {"person": "ben"})
+        conn.execute(POPULATE_PUSH)
+        conn.execute(
+            "UPDATE notification_delivery SET status = 'processing', claimed_at = now(), "
+            "lease_expires_at = now() + interval '5 minutes' WHERE id % 7 = 1"
+        )
+        conn.execute(
+            "UPDATE notification_delivery SET status = 'failed', failed_at = now(), attempts = 1, "
+            "failure_count = 1 WHERE id % 7 = 2"
+        )
+        conn.execute(
+            "UPDATE notification_delivery SET status = 'sent', sent_at = now(), attempts = 1 "
+            "WHERE id % 7 = 3 AND channel = 'email'"
+        )
+        before = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
+                "FROM notification_delivery"
+            )
+        }
+    statuses = {state[0] for state in before.values()}
+    assert {"queued", "processing", "failed", "sent"} <= statuses
+    assert sum(state[0] == "queued" for state in before.values()) > 5_000
+    catalog_before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0027")
+    with psycopg.connect(url) as conn:
+        after = {row[0]: row[1:] for row in conn.execute(QUEUE_STATE)}
+    assert after.keys() == before.keys()
+    for delivery_id, (status, claimed_at, lease, _) in before.items():
+        now_status, queued, q_claimed, q_lease, same_due, same_row = after[delivery_id]
+        if status == "queued":
+            assert (now_status, queued, q_claimed, same_due, same_row) == (
+                "queued",
+                True,
+                None,
+                True,
+                True,
+            ), delivery_id
+        elif status == "processing":
+            assert (now_status, queued, q_claimed, q_lease, same_row) == (
+                "queued",
+                True,
+                claimed_at,
+                lease,
+                True,
+            ), delivery_id
+        else:
+            assert (now_status, queued) == (status, False), delivery_id
+
+    migrate.downgrade(empty_database, "0025")
+    assert catalog(empty_database) == catalog_before
+    with psycopg.connect(url) as conn:
+        restored = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
+                "FROM notification_delivery"
+            )
+        }
+    assert restored == before

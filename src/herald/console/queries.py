@@ -11,6 +11,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.db import queue
 from herald.db import schema as s
 
 cs = s.console_session
@@ -101,10 +102,12 @@ async def outcome_counts(conn: AsyncConnection, tenant_id: str, since: datetime)
 
 
 async def in_flight_counts(conn: AsyncConnection, tenant_id: str) -> list[Row[Any]]:
+    # `processing`: a queued delivery a worker holds (herald.db.queue).
+    status = queue.published_status(d.c.status, d.c.id).label("status")
     stmt = (
-        select(d.c.channel, d.c.status, func.count().label("n"))
+        select(d.c.channel, status, func.count().label("n"))
         .where(d.c.tenant_id == tenant_id, d.c.status.in_(vocabulary.IN_FLIGHT_STATUSES))
-        .group_by(d.c.channel, d.c.status)
+        .group_by(d.c.channel, status)
     )
     return list(await conn.execute(stmt))
 

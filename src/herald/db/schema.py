@@ -416,8 +416,6 @@ notification_delivery = Table(
     Column("lease_expiry_count", Integer, nullable=False, server_default=text("0")),
     Column("queued_at", TZ, nullable=False, server_default=NOW),
     Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
-    Column("claimed_at", TZ),
-    Column("lease_expires_at", TZ),
     Column("sent_at", TZ),
     Column("delivered_at", TZ),
     Column("failed_at", TZ),
@@ -437,12 +435,8 @@ notification_delivery = Table(
     _created_at(),
     vocab_check("channel", vocabulary.CHANNELS, "channel"),
     vocab_check("status", vocabulary.DELIVERY_STATUSES, "status"),
-    # R-SCHEMA-48: a claim and its lease are one pair.
-    CheckConstraint("(claimed_at IS NULL) = (lease_expires_at IS NULL)", name="lease_pair"),
-    # A claim exists exactly while a worker holds the row.
-    CheckConstraint(
-        "(status = 'processing') = (claimed_at IS NOT NULL)", name="claim_while_processing"
-    ),
+    # A claim is its queue row's (notification_delivery_queue, 0026): the record stays `queued`
+    # while a worker holds it, and readers derive `processing` (herald.db.queue).
     # R-SCHEMA-49 / R-SCHEMA-28: skipped status ⇔ skipped_at, as an explicit IN list.
     CheckConstraint(
         f"(status IN {sql_list(vocabulary.SKIPPED_STATUSES)}) = (skipped_at IS NOT NULL)",
@@ -494,22 +488,6 @@ notification_delivery = Table(
         unique=True,
         postgresql_where=text("provider_target_id IS NOT NULL AND replay_of_delivery_id IS NULL"),
     ),
-    # What the channel workers claim (R-STATE-1), in the claim's exact order (next_attempt_at,
-    # id) within a channel: a range scan that stops after LIMIT rows at any queue depth, tied due
-    # times included (0013, docs/scaling.md).
-    Index(
-        "notification_delivery_due_idx",
-        "channel",
-        "next_attempt_at",
-        "id",
-        postgresql_where=text("status = 'queued'"),
-    ),
-    # What the reaper reclaims (R-REAPER-1).
-    Index(
-        "notification_delivery_lease_idx",
-        "lease_expires_at",
-        postgresql_where=text("status = 'processing'"),
-    ),
     # What sweep 2 re-queues once the backoff has elapsed.
     Index(
         "notification_delivery_failed_due_idx",
@@ -545,6 +523,50 @@ notification_delivery = Table(
         postgresql_where=text("provider_message_id IS NOT NULL"),
     ),
     postgresql_partition_by=PARTITION_BY,
+)
+
+# The delivery queue (migration 0026, docs/scaling.md "The queue table"): one narrow row per
+# delivery that is queued — waiting, or claimed by a worker — inserted by the statement that
+# makes the delivery queued and deleted by the one that ends it (herald.db.queue). Claims, lease
+# renewals and the reaper write only this row, so the wide record is written at fan-out and at
+# its outcome and nowhere between, and these indexes hold only the rows in flight whatever the
+# history. No foreign key to the delivery: like the attempt's (0023), its check would probe the
+# delivery's primary key in every month for every row the fan-out writes, and detaching a month
+# would scan this table under ACCESS EXCLUSIVE; the queue row is written only beside its
+# delivery, from that statement's own rows, and retention never deletes a queued delivery.
+notification_delivery_queue = Table(
+    "notification_delivery_queue",
+    metadata,
+    # The delivery's id (ids are unique across months: one identity for every partition).
+    Column("delivery_id", BigInteger, primary_key=True, autoincrement=False),
+    _tenant(),
+    Column("channel", Text, nullable=False),
+    # The delivery's month: every statement of a claimed batch is bounded by its rows' months.
+    Column("occurred_at", TZ, nullable=False),
+    # When the delivery is next due: the retry timing lives here while the row is queued.
+    Column("next_attempt_at", TZ, nullable=False, server_default=NOW),
+    # The claim and its lease: set while a worker holds the row (the delivery reads
+    # `processing`), and claimed_at is the lease token every later write compares.
+    Column("claimed_at", TZ),
+    Column("lease_expires_at", TZ),
+    # R-SCHEMA-48: a claim and its lease are one pair.
+    CheckConstraint("(claimed_at IS NULL) = (lease_expires_at IS NULL)", name="lease_pair"),
+    # What the channel workers claim (R-STATE-1), in the claim's exact order (next_attempt_at,
+    # delivery_id) within a channel: a range scan that stops after LIMIT rows at any queue depth,
+    # tied due times included (0013, 0026, docs/scaling.md).
+    Index(
+        "notification_delivery_queue_due_idx",
+        "channel",
+        "next_attempt_at",
+        "delivery_id",
+        postgresql_where=text("claimed_at IS NULL"),
+    ),
+    # What the reaper reclaims (R-REAPER-1).
+    Index(
+        "notification_delivery_queue_lease_idx",
+        "lease_expires_at",
+        postgresql_where=text("claimed_at IS NOT NULL"),
+    ),
 )
 
 notification_delivery_attempt = Table(

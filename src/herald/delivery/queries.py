@@ -319,10 +319,8 @@ async def extend_leases(
     conn: AsyncConnection,
     held: Sequence[tuple[int, datetime]],
     lease_seconds: int,
-    span: Span,
 ) -> set[int]:
-    """Renew the leases of `held` (id, claimed_at), rows of a batch whose occurred_at bounds are
-    `span`; the ids still held."""
+    """Renew the leases of `held` (id, claimed_at) on their queue rows; the ids still held."""
     if not held:
         return set()
     result = await conn.execute(
@@ -331,8 +329,7 @@ async def extend_leases(
             "ids": [h[0] for h in held],
             "claimed_ats": [h[1] for h in held],
             "lease_seconds": lease_seconds,
-        }
-        | _span_params(span),
+        },
     )
     return {row.id for row in result}
 

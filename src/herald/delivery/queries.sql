@@ -1,4 +1,5 @@
 -- include: ../webhooks/payloads.sql
+-- include: ../db/queue.sql
 
 -- fragment: ended_outbox
 -- The outbox of a statement whose CTE `ended` returns (id, public_id, tenant_id, channel, status,
@@ -23,67 +24,57 @@ hooks AS (
      WHERE ended.status = 'dead'
 
 -- name: claim_due_deliveries
--- Claim due, queued rows of one channel (R-STATE-1, R-STATE-8, R-STATE-16): one conditional UPDATE
--- that flips queued → processing and stamps the claim and its lease together (R-STATE-6).
--- SKIP LOCKED keeps concurrent workers disjoint (R-STATE-17). claimed_at doubles as the lease
--- token: the recorder only writes an outcome while the row still carries it.
--- This is cross-tenant work (it runs as the schema owner), so it returns ids and tenant ids only;
--- each tenant's send contexts are then read under that tenant (load_send_contexts).
--- The plan is a range scan of notification_delivery_due_idx (channel, next_attempt_at, id)
--- WHERE status = 'queued' that stops after :limit rows, with no sort, at any queue depth
--- (docs/scaling.md; tests/integration/test_plans_claim.py). Two rules keep it so once psycopg
--- prepares the statement and the server may pick a generic plan: `status = 'queued'` is written
--- here, never bound (a bound value cannot prove the partial index's predicate), and the ORDER BY
--- is exactly the index's order after the channel. The ids go to the UPDATE as one array
+-- Claim due, unclaimed queue rows of one channel (R-STATE-1, R-STATE-8, R-STATE-16): one
+-- conditional UPDATE of the narrow queue rows (herald.db.queue) that stamps the claim and its
+-- lease together (R-STATE-6); the deliveries themselves are not written, and read `processing`
+-- from here on. SKIP LOCKED keeps concurrent workers disjoint (R-STATE-17). claimed_at doubles
+-- as the lease token: the recorder only writes an outcome while the queue row still carries it.
+-- This is cross-tenant work (it runs as the schema owner), so it returns ids, tenant ids and
+-- months only; each tenant's send contexts are then read under that tenant (load_send_contexts).
+-- The plan is a range scan of notification_delivery_queue_due_idx (channel, next_attempt_at,
+-- delivery_id) WHERE claimed_at IS NULL that stops after :limit rows, with no sort, at any queue
+-- depth (docs/scaling.md; tests/integration/test_plans_claim.py). Two rules keep it so once
+-- psycopg prepares the statement and the server may pick a generic plan: `claimed_at IS NULL` is
+-- written here, never bound (a bound value cannot prove the partial index's predicate), and the
+-- ORDER BY is exactly the index's order after the channel. The ids go to the UPDATE as one array
 -- (`= ANY(ARRAY(…))`) rather than `IN (…)`: a generic plan guesses a bound LIMIT at a tenth of
--- the table and would hash-join the subquery against a sequential scan of every delivery row;
--- an array is probed through the primary key. The sweeps below use the same form.
--- The claimed rows' months bound the UPDATE too: `occurred_at` between the least and the greatest
--- of them prunes, as the statement runs, every month partition they are not in; an id alone is
--- probed in every month's primary key (each month of history another probe a row). Their
--- occurred_at comes back with them, and every later statement of the batch (send contexts,
--- heartbeat, record) carries the same bounds as parameters, pruned before it runs.
-WITH c AS MATERIALIZED (
-    SELECT c.id, c.occurred_at
-      FROM notification_delivery c
-     WHERE c.status = 'queued'
-       AND c.channel = :channel
-       AND c.next_attempt_at <= now()
-     ORDER BY c.next_attempt_at, c.id
-     LIMIT :limit
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE notification_delivery d
-   SET status = 'processing',
-       claimed_at = clock_timestamp(),
+-- the table and would hash-join the subquery against a sequential scan; an array is probed
+-- through the primary key. The sweeps below use the same form.
+-- Each row's occurred_at (its delivery's month) comes back with it, and every later statement
+-- of the batch (send contexts, record) carries the batch's least and greatest as bounds.
+UPDATE notification_delivery_queue q
+   SET claimed_at = clock_timestamp(),
        lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
- WHERE d.id = ANY(ARRAY(SELECT c.id FROM c))
-   AND d.occurred_at BETWEEN (SELECT min(c.occurred_at) FROM c) AND (SELECT max(c.occurred_at) FROM c)
-RETURNING d.id, d.tenant_id, d.occurred_at;
+ WHERE q.delivery_id = ANY(ARRAY(
+        SELECT c.delivery_id
+          FROM notification_delivery_queue c
+         WHERE c.claimed_at IS NULL
+           AND c.channel = :channel
+           AND c.next_attempt_at <= now()
+         ORDER BY c.next_attempt_at, c.delivery_id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED))
+RETURNING q.delivery_id, q.tenant_id, q.occurred_at;
 
 -- name: claim_due_deliveries_of_tenant
 -- The same claim limited to one tenant (tests and single-tenant drains). A statement of its own
 -- rather than `:tenant_id IS NULL OR tenant_id = :tenant_id` in the one above: that disjunction
 -- is opaque to a generic plan and cost the shared claim its index. It walks the same index and
 -- filters by tenant.
-WITH c AS MATERIALIZED (
-    SELECT c.id, c.occurred_at
-      FROM notification_delivery c
-     WHERE c.status = 'queued'
-       AND c.channel = :channel
-       AND c.next_attempt_at <= now()
-       AND c.tenant_id = :tenant_id
-     ORDER BY c.next_attempt_at, c.id
-     LIMIT :limit
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE notification_delivery d
-   SET status = 'processing',
-       claimed_at = clock_timestamp(),
+UPDATE notification_delivery_queue q
+   SET claimed_at = clock_timestamp(),
        lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
- WHERE d.id = ANY(ARRAY(SELECT c.id FROM c))
-   AND d.occurred_at BETWEEN (SELECT min(c.occurred_at) FROM c) AND (SELECT max(c.occurred_at) FROM c)
-RETURNING d.id, d.tenant_id, d.occurred_at;
+ WHERE q.delivery_id = ANY(ARRAY(
+        SELECT c.delivery_id
+          FROM notification_delivery_queue c
+         WHERE c.claimed_at IS NULL
+           AND c.channel = :channel
+           AND c.next_attempt_at <= now()
+           AND c.tenant_id = :tenant_id
+         ORDER BY c.next_attempt_at, c.delivery_id
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED))
+RETURNING q.delivery_id, q.tenant_id, q.occurred_at;
 
 -- name: load_send_contexts
 -- Everything the send of each claimed row needs but its event's columns (load_send_events: read
@@ -98,12 +89,18 @@ RETURNING d.id, d.tenant_id, d.occurred_at;
 -- from the joins). Planned together, a tenant with one event — one row to the planner — was read
 -- event first, and the claimed ids ANDed with that event's (event_id, status) index: every entry
 -- of a 1,000,000-person broadcast, 3,363,800 of them (134 ms), for each batch of 200.
+-- Each row's claim (the lease token) is its queue row's, one probe of the queue's primary key
+-- a row. As a join, a generic plan estimating a row or two on each side nested the two lists of
+-- ids against each other: 640,000 comparisons, 77 ms, for a batch of 800.
 WITH d AS MATERIALIZED (
-    SELECT id, public_id, tenant_id, channel, provider_target_id, attempts, failure_count,
-           claimed_at, recipient_id, event_id, occurred_at
-      FROM notification_delivery
-     WHERE id = ANY(CAST(:ids AS bigint[]))
-       AND occurred_at BETWEEN :first_at AND :last_at
+    SELECT d.id, d.public_id, d.tenant_id, d.channel, d.provider_target_id, d.attempts,
+           d.failure_count,
+           (SELECT q.claimed_at FROM notification_delivery_queue q WHERE q.delivery_id = d.id)
+               AS claimed_at,
+           d.recipient_id, d.event_id, d.occurred_at
+      FROM notification_delivery d
+     WHERE d.id = ANY(CAST(:ids AS bigint[]))
+       AND d.occurred_at BETWEEN :first_at AND :last_at
 )
 SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.provider_target_id,
        d.attempts, d.failure_count, d.claimed_at, d.occurred_at, d.event_id,
@@ -144,8 +141,11 @@ SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.p
 -- reference-only payload_ref (R-SCHEMA-52); each provider call leaves an attempt row with only
 -- outcome, number, provider status, delay, code and message id (R-STATE-21), and the provider that
 -- answered with the ones a failover passed over (herald.channels.failover).
--- `d.claimed_at = u.claimed_at` makes the write conditional on still holding the lease: if the
--- reaper reclaimed the row meanwhile, this outcome is not written over the newer state.
+-- Every outcome ends the delivery's time on the queue (a failed row waiting for its retry is
+-- entered again by the reaper's re-queue), so the write starts by deleting the queue rows still
+-- holding this batch's claim (`q.claimed_at = u.claimed_at`): the lease check, under the queue
+-- row's lock. If the reaper reclaimed a row meanwhile, its queue row carries another claim (or
+-- none), nothing is deleted for it, and its outcome is not written over the newer state.
 WITH u AS (
     -- One JSON document for the batch, a row an array in OutcomeRows.COLUMNS' order: psycopg
     -- dumps sixteen Python lists element by element in Python (a tenth of the worker's CPU per
@@ -160,11 +160,18 @@ WITH u AS (
            CAST(e->>13 AS boolean) AS called, e->>14 AS provider_status, e->>15 AS outcome,
            e->>16 AS provider, e->>17 AS passed_over
       FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS e
+), held AS (
+    DELETE FROM notification_delivery_queue q
+     USING u
+     WHERE q.delivery_id = ANY(ARRAY(SELECT u.id FROM u)) AND q.delivery_id = u.id
+       -- Not `=`: it would prove the lease index's `claimed_at IS NOT NULL`, and the planner
+       -- then read every entry that index holds (an entry for each claim since the last
+       -- vacuum) instead of probing the batch's keys. u.claimed_at is never NULL.
+       AND q.claimed_at IS NOT DISTINCT FROM u.claimed_at
+    RETURNING q.delivery_id
 ), ended AS (
     UPDATE notification_delivery d
        SET status = u.status,
-           claimed_at = NULL,
-           lease_expires_at = NULL,
            attempts = d.attempts + u.attempt_inc,
            failure_count = d.failure_count + u.failure_inc,
            sent_at = CASE WHEN u.status = 'sent' THEN now() ELSE d.sent_at END,
@@ -183,17 +190,12 @@ WITH u AS (
            rendered_hash = CASE WHEN r.user_id IS NULL THEN NULL ELSE coalesce(u.hash, d.rendered_hash) END,
            template_version = coalesce(u.template_version, d.template_version)
       FROM u, notification_recipient r
-     -- Each row is reached by its primary key, whatever the statistics say. Stating
-     -- `d.status = 'processing'` let the planner drive the join from the processing rows'
-     -- partial index (lease_idx) instead: statistics taken before a broadcast's claims called
-     -- that state rare, while the index still held an entry for every row claimed since the last
-     -- vacuum — 327,200 entries and 14,949 heap pages read for 200 outcomes, 140 ms a write, in
-     -- a 1,000,000-person drain. The lease check needs no status: `claim_while_processing`
-     -- makes a non-null claimed_at mean processing, so `d.claimed_at = u.claimed_at` is the
-     -- check, and no partial index of the state matches the statement. The ids as an array
-     -- from a sub-select are probed through the key (the claim's form).
-     WHERE d.id = ANY(ARRAY(SELECT u.id FROM u)) AND d.id = u.id AND r.id = d.recipient_id
-       AND d.claimed_at = u.claimed_at
+     -- Each row is reached by its primary key, whatever the statistics say: the ids the lease
+     -- check kept, as an array from a sub-select, probed through the key (the claim's form). A
+     -- partial index of a state once drove this join instead and read every entry a
+     -- broadcast's drain had left in it (327,200 entries for 200 outcomes, 140 ms a write).
+     WHERE d.id = ANY(ARRAY(SELECT held.delivery_id FROM held)) AND d.id = u.id
+       AND r.id = d.recipient_id
        -- The batch's months (the claim's bounds): each id probed in its month, not in all.
        AND d.occurred_at BETWEEN :first_at AND :last_at
        AND r.occurred_at = d.occurred_at AND r.occurred_at BETWEEN :first_at AND :last_at
@@ -219,44 +221,64 @@ SELECT pg_xact_status(CAST(:xid AS xid8)) AS status;
 
 -- name: requeue_due_failures
 -- Reaper sweep 2: a failed row whose backoff has elapsed goes back to queued, clearing failed_at
--- and last_error (R-STATE-10) so "failed once, then delivered" is not counted as a failure.
--- Every row it touches leaves its candidate set; no watermark (R-REAPER-6).
-UPDATE notification_delivery d
-   SET status = 'queued', failed_at = NULL, last_error = NULL
- WHERE d.id = ANY(ARRAY(
-        SELECT c.id
-          FROM notification_delivery c
-         WHERE c.status = 'failed' AND c.next_attempt_at <= now()
-         ORDER BY c.next_attempt_at
-         LIMIT :limit
-           FOR UPDATE SKIP LOCKED))
-RETURNING d.channel;
+-- and last_error (R-STATE-10) so "failed once, then delivered" is not counted as a failure, and
+-- enters the queue, due now, in the same statement. Every row it touches leaves its candidate
+-- set; no watermark (R-REAPER-6).
+WITH entered AS (
+    UPDATE notification_delivery d
+       SET status = 'queued', failed_at = NULL, last_error = NULL
+     WHERE d.id = ANY(ARRAY(
+            SELECT c.id
+              FROM notification_delivery c
+             WHERE c.status = 'failed' AND c.next_attempt_at <= now()
+             ORDER BY c.next_attempt_at
+             LIMIT :limit
+               FOR UPDATE SKIP LOCKED))
+    RETURNING d.id, d.tenant_id, d.channel, d.occurred_at, d.next_attempt_at, d.status
+), queue_rows AS (
+    {{enter_queue}}
+)
+SELECT channel FROM entered;
 
 -- name: reclaim_expired_leases
--- Reaper sweep 1: a processing row whose lease has passed is reclaimed, never left stranded
--- (R-REAPER-1). Every reclaim counts an attempt (R-REAPER-2) and a lease expiry, separately from
--- provider failures (R-REAPER-3, R-OBS-5); a reclaim that reaches the maximum ends the row as dead
--- with its dead letter instead of queueing it again (R-REAPER-4).
-WITH ended AS (
+-- Reaper sweep 1: a claimed queue row whose lease has passed is reclaimed, never left stranded
+-- (R-REAPER-1). Every reclaim counts an attempt (R-REAPER-2) and a lease expiry on the delivery,
+-- separately from provider failures (R-REAPER-3, R-OBS-5); a reclaim that reaches the maximum
+-- ends the row as dead with its dead letter and leaves the queue instead of queueing it again
+-- (R-REAPER-4). The expired rows are found through notification_delivery_queue_lease_idx and
+-- locked first, and each delivery is reached by its primary key within their months (no state
+-- in the statement: a partial index of one would drive the join). A queue row whose delivery is
+-- gone (none of Herald's writers leave one) is deleted rather than retried for ever.
+WITH expired AS MATERIALIZED (
+    SELECT c.delivery_id, c.occurred_at
+      FROM notification_delivery_queue c
+     WHERE c.claimed_at IS NOT NULL AND c.lease_expires_at < now()
+     ORDER BY c.lease_expires_at
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+), ended AS (
     UPDATE notification_delivery d
        SET status = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'dead' ELSE 'queued' END,
            attempts = d.attempts + 1,
            lease_expiry_count = d.lease_expiry_count + 1,
-           claimed_at = NULL,
-           lease_expires_at = NULL,
            next_attempt_at = now(),
            dead_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
            failed_at = CASE WHEN d.attempts + 1 >= :max_attempts THEN now() END,
            last_error = CASE WHEN d.attempts + 1 >= :max_attempts THEN 'LEASE_EXPIRED' END
-     WHERE d.id = ANY(ARRAY(
-            SELECT c.id
-              FROM notification_delivery c
-             WHERE c.status = 'processing' AND c.lease_expires_at < now()
-             ORDER BY c.lease_expires_at
-             LIMIT :limit
-               FOR UPDATE SKIP LOCKED))
+     WHERE d.id = ANY(ARRAY(SELECT expired.delivery_id FROM expired))
+       AND d.occurred_at BETWEEN (SELECT min(occurred_at) FROM expired)
+                             AND (SELECT max(occurred_at) FROM expired)
     RETURNING d.id, d.public_id, d.tenant_id, d.channel, d.status, d.attempts, d.last_error,
               d.event_id, d.occurred_at
+), requeued AS (
+    UPDATE notification_delivery_queue q
+       SET claimed_at = NULL, lease_expires_at = NULL, next_attempt_at = now()
+      FROM ended
+     WHERE q.delivery_id = ended.id AND ended.status = 'queued'
+), dropped AS (
+    DELETE FROM notification_delivery_queue q
+     WHERE q.delivery_id = ANY(ARRAY(SELECT expired.delivery_id FROM expired
+                                     EXCEPT SELECT ended.id FROM ended WHERE ended.status = 'queued'))
 ), {{ended_outbox}}
 )
 SELECT id, status, channel FROM ended;
@@ -264,35 +286,46 @@ SELECT id, status, channel FROM ended;
 -- name: backfill_unconfigured
 -- Re-drive skipped_unconfigured rows of channels configured now (R-BACKFILL-1..3) and younger than
 -- the backfill window (R-BACKFILL-6), by compare-and-set on the status (R-BACKFILL-4), clearing
--- skipped_at in the same statement (R-BACKFILL-5) and making the row due (R-PLAT-4).
+-- skipped_at in the same statement (R-BACKFILL-5) and making the row due (R-PLAT-4): it enters
+-- the queue in the same statement.
 -- One channel per statement: with `channel = ANY(…)` the (channel, queued_at) index cannot give
 -- the order across channels, and every skipped row in the window would be sorted each batch.
-UPDATE notification_delivery d
-   SET status = 'queued', skipped_at = NULL, next_attempt_at = now()
- WHERE d.id = ANY(ARRAY(
-        SELECT c.id
-          FROM notification_delivery c
-         WHERE c.status = 'skipped_unconfigured'
-           AND c.channel = :channel
-           AND c.queued_at > now() - make_interval(hours => :max_age_hours)
-         ORDER BY c.queued_at
-         LIMIT :limit
-           FOR UPDATE SKIP LOCKED))
-   AND d.status = 'skipped_unconfigured'
-RETURNING d.channel;
+WITH entered AS (
+    UPDATE notification_delivery d
+       SET status = 'queued', skipped_at = NULL, next_attempt_at = now()
+     WHERE d.id = ANY(ARRAY(
+            SELECT c.id
+              FROM notification_delivery c
+             WHERE c.status = 'skipped_unconfigured'
+               AND c.channel = :channel
+               AND c.queued_at > now() - make_interval(hours => :max_age_hours)
+             ORDER BY c.queued_at
+             LIMIT :limit
+               FOR UPDATE SKIP LOCKED))
+       AND d.status = 'skipped_unconfigured'
+    RETURNING d.id, d.tenant_id, d.channel, d.occurred_at, d.next_attempt_at, d.status
+), queue_rows AS (
+    {{enter_queue}}
+)
+SELECT channel FROM entered;
 
 -- name: insert_replay
--- Replay inserts a new queued row pointing at the original (R-DLQ-5, R-DLQ-12, R-DLQ-14); the
--- original keeps its failed_at, last_error and provider_message_id (R-DLQ-13). The new row is
--- itself the channel work (R-PLAT-6).
-INSERT INTO notification_delivery
-       (tenant_id, event_id, recipient_id, user_id, channel, provider_target_id, replay_of_delivery_id,
-        status, queued_at, next_attempt_at, occurred_at)
-SELECT o.tenant_id, o.event_id, o.recipient_id, o.user_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now(),
-       o.occurred_at
-  FROM notification_delivery o
- WHERE o.tenant_id = :tenant_id AND o.public_id = :delivery_public_id AND o.channel <> 'in_app'
-RETURNING id, public_id, channel;
+-- Replay inserts a new queued row pointing at the original (R-DLQ-5, R-DLQ-12, R-DLQ-14), and
+-- its queue row in the same statement; the original keeps its failed_at, last_error and
+-- provider_message_id (R-DLQ-13). The new row is itself the channel work (R-PLAT-6).
+WITH entered AS (
+    INSERT INTO notification_delivery
+           (tenant_id, event_id, recipient_id, user_id, channel, provider_target_id, replay_of_delivery_id,
+            status, queued_at, next_attempt_at, occurred_at)
+    SELECT o.tenant_id, o.event_id, o.recipient_id, o.user_id, o.channel, o.provider_target_id, o.id, 'queued', now(), now(),
+           o.occurred_at
+      FROM notification_delivery o
+     WHERE o.tenant_id = :tenant_id AND o.public_id = :delivery_public_id AND o.channel <> 'in_app'
+    RETURNING id, public_id, tenant_id, channel, occurred_at, next_attempt_at, status
+), queue_rows AS (
+    {{enter_queue}}
+)
+SELECT id, public_id, channel FROM entered;
 
 -- name: mark_dead_letter_replayed
 -- The replay's compare-and-set, the last statement of its transaction (R-DLQ-4, R-DLQ-15): a
@@ -317,31 +350,49 @@ SELECT tenant_id, kind, channel, locale, title, body, version
    AND (tenant_id, kind) IN (SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:kinds AS text[])));
 
 -- name: extend_leases
--- The batch's heartbeat: rows still held by this claim (status processing, same claimed_at) get a
--- fresh lease, so a slow provider never lets a live worker's rows expire under it. A row missing
--- from the answer was reclaimed meanwhile and is no longer this worker's to send.
-UPDATE notification_delivery d
+-- The batch's heartbeat: queue rows still held by this claim (same claimed_at) get a fresh
+-- lease, so a slow provider never lets a live worker's rows expire under it. Only the narrow
+-- queue row is written. A row missing from the answer was reclaimed meanwhile and is no longer
+-- this worker's to send.
+UPDATE notification_delivery_queue q
    SET lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds)
   FROM unnest(CAST(:ids AS bigint[]), CAST(:claimed_ats AS timestamptz[])) AS h(id, claimed_at)
- WHERE d.id = h.id AND d.status = 'processing' AND d.claimed_at = h.claimed_at
-   AND d.occurred_at BETWEEN :first_at AND :last_at
-RETURNING d.id;
+ WHERE q.delivery_id = h.id AND q.claimed_at = h.claimed_at
+RETURNING q.delivery_id AS id;
 
 -- name: cancel_unclaimed_deliveries
 -- A cancelled broadcast (DESIGN.md §5.2, §7): at most :limit of its event's deliveries that no
--- worker holds — queued, held for a digest, or failed and waiting for a retry — become `cancelled`, through the
--- (event_id, status) index. SKIP LOCKED leaves a row a worker is claiming at this instant to that
--- worker: it becomes processing (a call in flight, left to finish and be recorded) or, if the
--- claim rolls back, stays queued for the next statement. `cancelled` is final: the claim takes
--- only queued rows, and the recorder and the reaper only ever move processing or failed ones.
+-- worker holds — queued and unclaimed, held for a digest, or failed and waiting for a retry —
+-- become `cancelled`, through the (event_id, status) index, and their queue rows go with them.
+-- A claimed row (processing: a call in flight) is left to finish and be recorded; SKIP LOCKED
+-- leaves a queue row a worker is claiming at this instant to that worker (if its claim rolls
+-- back, the next statement takes it), and never waits, so it cannot deadlock with the recorder,
+-- which locks the queue row and then the delivery. `cancelled` is final: the claim takes only queue rows, and the
+-- recorder and the reaper only ever move claimed or failed ones.
+WITH candidates AS MATERIALIZED (
+    SELECT c.id, c.status
+      FROM notification_delivery c
+     WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed', 'held')
+       AND NOT EXISTS (SELECT 1 FROM notification_delivery_queue dq
+                        WHERE dq.delivery_id = c.id AND dq.claimed_at IS NOT NULL)
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+), unclaimed AS MATERIALIZED (
+    SELECT q.delivery_id
+      FROM notification_delivery_queue q
+     WHERE q.delivery_id = ANY(ARRAY(SELECT id FROM candidates WHERE status = 'queued'))
+       AND q.claimed_at IS NULL
+       FOR UPDATE SKIP LOCKED
+), dequeued AS (
+    DELETE FROM notification_delivery_queue q
+     WHERE q.delivery_id = ANY(ARRAY(SELECT delivery_id FROM unclaimed))
+)
 UPDATE notification_delivery d
    SET status = 'cancelled'
- WHERE d.id = ANY(ARRAY(
-        SELECT c.id
-          FROM notification_delivery c
-         WHERE c.event_id = :event_id AND c.status IN ('queued', 'failed', 'held')
-         LIMIT :limit
-           FOR UPDATE SKIP LOCKED));
+ WHERE d.id = ANY(ARRAY(SELECT delivery_id FROM unclaimed
+                        UNION ALL
+                        SELECT id FROM candidates WHERE status <> 'queued'))
+   AND d.event_id = :event_id;
 
 -- name: index_scans_only
 -- For the per-event statements (queries._through_an_index): sequential and bitmap scans off for
@@ -357,11 +408,11 @@ SELECT seqscan, bitmapscan, set_config('enable_seqscan', 'off', true),
 SELECT set_config('enable_seqscan', :seqscan, true), set_config('enable_bitmapscan', :bitmapscan, true);
 
 -- name: deliveries_in_flight
--- Whether any delivery of the event still has work ahead of it (queued, processing, failed or
--- held), through the (event_id, status) index: four short range probes, never a scan of the
+-- Whether any delivery of the event still has work ahead of it (queued — claimed or not —,
+-- failed or held), through the (event_id, status) index: four short range probes, never a scan of the
 -- event. Run with sequential and bitmap scans off (queries._through_an_index): stale statistics
 -- of one dominant event once made this a sequential scan of the table's growing finished
 -- prefix, and then a bitmap scan of every entry the event's drain had left in the index.
 SELECT EXISTS (
         SELECT 1 FROM notification_delivery
-         WHERE event_id = :event_id AND status IN ('queued', 'processing', 'failed', 'held')) AS busy;
+         WHERE event_id = :event_id AND status IN ('queued', 'failed', 'held')) AS busy;

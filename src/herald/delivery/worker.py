@@ -173,9 +173,8 @@ class _Batch:
 
     def __init__(self, contexts: Sequence[dict[str, Any]]) -> None:
         self.contexts = list(contexts)
+        # Each row's claim (its queue row's claimed_at), the lease token the heartbeat renews.
         self.open: dict[int, datetime] = {c["id"]: c["claimed_at"] for c in contexts}
-        # The rows' occurred_at bounds, which bound the heartbeat's statement (queries.Span).
-        self.span = queries.span_of(c["occurred_at"] for c in contexts) if contexts else None
         self.lost: set[int] = set()
 
     def done(self, delivery_id: int) -> None:
@@ -189,9 +188,8 @@ async def _heartbeat(engine: AsyncEngine, batch: _Batch, lease_seconds: int) -> 
         held = list(batch.open.items())
         try:
             async with engine.begin() as conn:
-                assert batch.span is not None  # open rows came from contexts
                 await tenancy.plan_generically(conn)
-                kept = await queries.extend_leases(conn, held, lease_seconds, batch.span)
+                kept = await queries.extend_leases(conn, held, lease_seconds)
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is not None:

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import queue, sqlfile
 from herald.db import schema as s
-from herald.db import sqlfile
 
 SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
 
@@ -41,7 +41,7 @@ async def lock_held_group(
 
 async def release_held(conn: AsyncConnection, ids: Sequence[int]) -> int:
     result = await conn.execute(SQL["release_held"], {"ids": list(ids)})
-    return int(result.rowcount)
+    return int(result.scalar_one())
 
 
 async def mark_digested(conn: AsyncConnection, ids: Sequence[int], digest_id: int) -> int:
@@ -103,18 +103,28 @@ async def insert_digest(
             .returning(r.c.id)
         )
     ).scalar_one()
-    row = (
-        await conn.execute(
-            d.insert()
-            .values(
-                tenant_id=tenant_id,
-                event_id=event_id,
-                recipient_id=recipient_id,
-                channel=channel,
-                status="queued",
-                occurred_at=occurred_at,  # its recipient's month (the partition key)
-            )
-            .returning(d.c.id, d.c.public_id)
+    entered = (
+        d.insert()
+        .values(
+            tenant_id=tenant_id,
+            event_id=event_id,
+            recipient_id=recipient_id,
+            channel=channel,
+            status="queued",
+            occurred_at=occurred_at,  # its recipient's month (the partition key)
         )
-    ).one()
+        .returning(
+            d.c.id,
+            d.c.public_id,
+            d.c.tenant_id,
+            d.c.channel,
+            d.c.status,
+            d.c.occurred_at,
+            d.c.next_attempt_at,
+        )
+        .cte("entered")
+    )
+    # The delivery's queue row in the same statement (herald.db.queue).
+    enqueued = queue.enter_queue(entered).cte("enqueued")
+    row = (await conn.execute(select(entered.c.id, entered.c.public_id).add_cte(enqueued))).one()
     return {"id": int(row.id), "public_id": row.public_id, "event_id": int(event_id)}

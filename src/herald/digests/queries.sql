@@ -1,3 +1,4 @@
+-- include: ../db/queue.sql
 -- name: due_digest_groups
 -- Groups of held deliveries (one tenant, person, channel and kind) whose oldest row has waited
 -- its kind's whole window, through notification_delivery_held_idx. Every held row of a due group
@@ -30,10 +31,17 @@ SELECT d.id, d.public_id, r.variables AS recipient_variables, r.locale,
    FOR UPDATE OF d SKIP LOCKED;
 
 -- name: release_held
--- Rows that go out on their own (a group of one, or a recipient erased while held): queued now.
-UPDATE notification_delivery
-   SET status = 'queued', next_attempt_at = now()
- WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'held';
+-- Rows that go out on their own (a group of one, or a recipient erased while held): queued now,
+-- with their queue rows (herald.db.queue).
+WITH entered AS (
+    UPDATE notification_delivery
+       SET status = 'queued', next_attempt_at = now()
+     WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'held'
+    RETURNING id, tenant_id, channel, occurred_at, next_attempt_at, status
+), queue_rows AS (
+    {{enter_queue}}
+)
+SELECT count(*) AS released FROM entered;
 
 -- name: mark_digested
 -- The items the digest carries: final, each naming the digest delivery (the trace stays exact).

@@ -1,3 +1,4 @@
+-- include: ../db/queue.sql
 -- name: claim_event
 -- Claim the oldest due event nobody has claimed. Due means immediate (scheduled_for IS NULL) or
 -- scheduled_for <= now(): coalesce keeps NULL from hiding most events (R-PLAT-3). No watermark.
@@ -54,23 +55,28 @@ RETURNING id, user_id, public_id;
 
 -- name: insert_deliveries
 -- Every delivery is born in its final fan-out state in this one INSERT: queued with queued_at
--- (R-FANOUT-1), in_app delivered with its rendered title and body (R-FANOUT-12), or skipped_*
--- with skipped_at (R-SCHEMA-49). Each carries its recipient's person (the admin history's key).
-INSERT INTO notification_delivery
-       (tenant_id, event_id, recipient_id, user_id, channel, provider_target_id, status, queued_at,
-        next_attempt_at, delivered_at, skipped_at, rendered_title, rendered_body, template_version,
-        rendered_hash, occurred_at)
-SELECT :tenant_id, :event_id, d.recipient_id,
-       (SELECT r.user_id FROM notification_recipient r
-         WHERE r.id = d.recipient_id AND r.occurred_at = :occurred_at),
-       d.channel, d.target_id, d.status, now(), now(),
-       CASE WHEN d.status = 'delivered' THEN now() END,
-       CASE WHEN d.skipped THEN now() END,
-       d.title, d.body, d.template_version, d.rendered_hash, :occurred_at
-  FROM unnest(CAST(:recipient_ids AS bigint[]), CAST(:channels AS text[]), CAST(:target_ids AS bigint[]),
-              CAST(:statuses AS text[]), CAST(:skipped AS boolean[]), CAST(:titles AS text[]),
-              CAST(:bodies AS text[]), CAST(:template_versions AS integer[]), CAST(:hashes AS text[]))
-       AS d(recipient_id, channel, target_id, status, skipped, title, body, template_version, rendered_hash);
+-- (R-FANOUT-1) and its queue row (herald.db.queue), in_app delivered with its rendered title and
+-- body (R-FANOUT-12), or skipped_* with skipped_at (R-SCHEMA-49). Each carries its recipient's
+-- person (the admin history's key).
+WITH entered AS (
+    INSERT INTO notification_delivery
+           (tenant_id, event_id, recipient_id, user_id, channel, provider_target_id, status, queued_at,
+            next_attempt_at, delivered_at, skipped_at, rendered_title, rendered_body, template_version,
+            rendered_hash, occurred_at)
+    SELECT :tenant_id, :event_id, d.recipient_id,
+           (SELECT r.user_id FROM notification_recipient r
+             WHERE r.id = d.recipient_id AND r.occurred_at = :occurred_at),
+           d.channel, d.target_id, d.status, now(), now(),
+           CASE WHEN d.status = 'delivered' THEN now() END,
+           CASE WHEN d.skipped THEN now() END,
+           d.title, d.body, d.template_version, d.rendered_hash, :occurred_at
+      FROM unnest(CAST(:recipient_ids AS bigint[]), CAST(:channels AS text[]), CAST(:target_ids AS bigint[]),
+                  CAST(:statuses AS text[]), CAST(:skipped AS boolean[]), CAST(:titles AS text[]),
+                  CAST(:bodies AS text[]), CAST(:template_versions AS integer[]), CAST(:hashes AS text[]))
+           AS d(recipient_id, channel, target_id, status, skipped, title, body, template_version, rendered_hash)
+    RETURNING id, tenant_id, channel, occurred_at, next_attempt_at, status
+)
+{{enter_queue}};
 
 -- name: advance_cursor
 -- The cursor moves inside the batch transaction that wrote the page (R-FANOUT-7). The claim time

@@ -1,28 +1,39 @@
 -- name: open_deliveries
--- (channel, status, count) of deliveries in flight, one branch per status, each status written
--- here as a constant. `status IN (…)` — bound, or even written inline — cannot prove any one
--- partial index's predicate, so it counted by a sequential scan of the whole table (500 ms at
--- 1,000,000 rows, docs/scaling.md); each branch below is answered by its status's partial index
--- (due, lease, failed_due), bounded by the rows in that state, not by history. Scraped every
+-- (channel, status, count) of deliveries in flight, one branch per state, each written here as a
+-- constant. `status IN (…)` — bound, or even written inline — cannot prove any one partial
+-- index's predicate, so it counted by a sequential scan of the whole table (500 ms at 1,000,000
+-- rows, docs/scaling.md); each branch below reads only the rows in its state, not history:
+-- queued and processing are the queue table's unclaimed and claimed rows (a queued delivery a
+-- worker holds is `processing`, herald.db.queue; the table holds nothing but what is in
+-- flight, so even a sequential read of it is bounded so), failed the delivery's failed_due_idx. Scraped every
 -- few seconds, the statement is prepared and runs as a generic plan: no bound value decides it.
 SELECT channel, 'queued' AS status, count(*) AS n
-  FROM notification_delivery WHERE status = 'queued' GROUP BY channel
+  FROM notification_delivery_queue WHERE claimed_at IS NULL GROUP BY channel
 UNION ALL
 SELECT channel, 'processing', count(*)
-  FROM notification_delivery WHERE status = 'processing' GROUP BY channel
+  FROM notification_delivery_queue WHERE claimed_at IS NOT NULL GROUP BY channel
 UNION ALL
 SELECT channel, 'failed', count(*)
   FROM notification_delivery WHERE status = 'failed' GROUP BY channel;
 
 -- name: oldest_delivery_ages
--- (channel, status, seconds) since `queued_at` of the oldest unfinished delivery of each channel
--- and status: queued rows once due, failed (waiting for a retry) and processing rows always. One
--- branch per status, as above, so each walks its partial index.
-SELECT channel, 'queued' AS status, extract(epoch FROM now() - min(queued_at)) AS age
-  FROM notification_delivery WHERE status = 'queued' AND next_attempt_at <= now() GROUP BY channel
+-- (channel, status, seconds) of the oldest unfinished delivery of each channel and state: queued
+-- rows once due, since they were due (the queue row's next_attempt_at: its queued_at for a first
+-- try, the end of its backoff for a retry); processing rows since their delivery's queued_at
+-- (the claimed rows are few: each probed by its delivery's key in its month); failed rows
+-- (waiting for a retry) since queued_at. One branch per state, as above.
+SELECT channel, 'queued' AS status, extract(epoch FROM now() - min(next_attempt_at)) AS age
+  FROM notification_delivery_queue WHERE claimed_at IS NULL AND next_attempt_at <= now()
+ GROUP BY channel
 UNION ALL
-SELECT channel, 'processing', extract(epoch FROM now() - min(queued_at))
-  FROM notification_delivery WHERE status = 'processing' GROUP BY channel
+SELECT q.channel, 'processing', extract(epoch FROM now() - min(d.queued_at))
+  FROM notification_delivery_queue q
+  -- A probe a claimed row (LATERAL … LIMIT 1): as a join, a generic plan hashed a sequential
+  -- scan of every delivery.
+  CROSS JOIN LATERAL (
+        SELECT d.queued_at FROM notification_delivery d
+         WHERE d.id = q.delivery_id AND d.occurred_at = q.occurred_at LIMIT 1) d
+ WHERE q.claimed_at IS NOT NULL GROUP BY q.channel
 UNION ALL
 SELECT channel, 'failed', extract(epoch FROM now() - min(queued_at))
   FROM notification_delivery WHERE status = 'failed' GROUP BY channel;

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import queue, sqlfile
 from herald.db import schema as s
-from herald.db import sqlfile
 
 SQL = sqlfile.load(Path(__file__).with_name("queries.sql"))
 
@@ -118,6 +118,8 @@ async def mark_person_undeliverable(
 
 
 async def delivery_status(conn: AsyncConnection, delivery_id: int) -> str | None:
+    """The delivery's published status (`processing` while a worker holds it, herald.db.queue)."""
     d = s.notification_delivery
-    row = (await conn.execute(select(d.c.status).where(d.c.id == delivery_id))).first()
+    status = queue.published_status(d.c.status, d.c.id).label("status")
+    row = (await conn.execute(select(status).where(d.c.id == delivery_id))).first()
     return str(row.status) if row else None

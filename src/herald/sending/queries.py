@@ -10,6 +10,7 @@ from sqlalchemy import TIMESTAMP, Text, TextClause, bindparam, func, select, tex
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import queue
 from herald.db import schema as s
 
 FANOUT_CHANNEL = "herald_fanout"
@@ -99,9 +100,10 @@ async def event_status(
     ).first()
     if row is None:
         return None
+    status = queue.published_status(d.c.status, d.c.id)  # processing: claimed (db.queue)
     counts = (
         await conn.execute(
-            select(d.c.status, func.count()).where(d.c.event_id == row.id).group_by(d.c.status)
+            select(status, func.count()).where(d.c.event_id == row.id).group_by(status)
         )
     ).all()
     return {**row._asdict(), "deliveries": {status: n for status, n in counts}}

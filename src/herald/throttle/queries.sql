@@ -1,7 +1,7 @@
 -- name: throttled_deliveries
 -- Of the claimed deliveries (under their tenant), those whose person already has :cap
 -- deliveries on the same channel in the same category within :window_seconds — sent, delivered
--- or bounced, or claimed in this batch ahead of it (lower id), so two rows of one batch never
+-- or bounced, or claimed (a queue row with a claim: processing) ahead of it (lower id), so two rows of one batch never
 -- both slip under the cap. Counted through notification_recipient_centre_idx (the person's
 -- recent recipients) and notification_delivery_recipient_idx. Categories in :exempt (security,
 -- account: one-time codes, resets) are never throttled.
@@ -21,4 +21,7 @@ SELECT d.id, e.category
            AND e2.category = e.category
            AND d2.channel = d.channel
            AND (d2.status IN ('sent', 'delivered', 'bounced')
-                OR (d2.status = 'processing' AND d2.id < d.id))) >= :cap;
+                OR (d2.status = 'queued' AND d2.id < d.id
+                    AND EXISTS (SELECT 1 FROM notification_delivery_queue dq
+                                 WHERE dq.delivery_id = d2.id AND dq.claimed_at IS NOT NULL))))
+       >= :cap;

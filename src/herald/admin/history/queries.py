@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import queue
 from herald.db import schema as s
 
 e = s.notification_event
@@ -129,10 +130,11 @@ async def delivery_counts(
     event)."""
     if not event_ids:
         return {}
+    status = queue.published_status(d.c.status, d.c.id).label("status")
     stmt = (
-        select(d.c.event_id, d.c.status, func.count().label("n"))
+        select(d.c.event_id, status, func.count().label("n"))
         .where(d.c.tenant_id == tenant_id, d.c.event_id.in_(list(event_ids)))
-        .group_by(d.c.event_id, d.c.status)
+        .group_by(d.c.event_id, status)
     )
     counts: dict[int, dict[str, int]] = {event_id: {} for event_id in event_ids}
     for row in await conn.execute(stmt):
@@ -157,7 +159,7 @@ async def list_deliveries(
     if channel is not None:
         where.append(d.c.channel == channel)
     if status is not None:
-        where.append(d.c.status == status)
+        where.append(queue.status_is(d.c.status, d.c.id, status))
     if after is not None:
         where.append(tuple_(d.c.queued_at, d.c.id) > tuple_(after[0], after[1]))
     stmt = (
@@ -165,7 +167,7 @@ async def list_deliveries(
             d.c.id,
             d.c.public_id,
             d.c.channel,
-            d.c.status,
+            queue.published_status(d.c.status, d.c.id).label("status"),
             d.c.attempts,
             d.c.failure_count,
             d.c.lease_expiry_count,

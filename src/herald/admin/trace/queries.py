@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, exists, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import queue, tenancy
 from herald.db import schema as s
-from herald.db import tenancy
 
 p = s.person
 e = s.notification_event
@@ -36,7 +36,7 @@ _DELIVERY_COLUMNS = (
     d.c.id,
     d.c.public_id,
     d.c.channel,
-    d.c.status,
+    queue.published_status(d.c.status, d.c.id).label("status"),
     d.c.attempts,
     d.c.queued_at,
     d.c.sent_at,
@@ -160,7 +160,7 @@ def person_deliveries_statement(
     if filters.channel is not None:
         where.append(d.c.channel == filters.channel)
     if filters.status is not None:
-        where.append(d.c.status == filters.status)
+        where.append(queue.status_is(d.c.status, d.c.id, filters.status))
     if after is not None:
         where.append(tuple_(d.c.queued_at, d.c.id) < tuple_(after[0], after[1]))
     stmt = (
@@ -215,7 +215,7 @@ async def locate_delivery(
             d.c.id,
             d.c.public_id,
             d.c.channel,
-            d.c.status,
+            queue.published_status(d.c.status, d.c.id).label("status"),
             d.c.last_error,
             d.c.attempts,
             e.c.public_id.label("event_public_id"),

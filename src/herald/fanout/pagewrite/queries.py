@@ -54,6 +54,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by, insert
 from sqlalchemy.sql.expression import CTE
 
+from herald.db import queue
 from herald.db import schema as s
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.fanout.wording import FALLBACK, InAppWording
@@ -167,18 +168,27 @@ def statement(
                 literal(occurred_at, s.TZ),
             ),
         )
-        .returning(d.c.recipient_id, d.c.channel, d.c.status)
+        .returning(
+            d.c.id,
+            d.c.tenant_id,
+            d.c.recipient_id,
+            d.c.channel,
+            d.c.status,
+            d.c.occurred_at,
+            d.c.next_attempt_at,
+        )
         .cte("ins_d")
     )
+    # The queued rows' queue rows, in the same statement (herald.db.queue); counted below, so
+    # the step is part of the statement.
+    ins_q = queue.enter_queue(ins_d).returning(queue.q.c.delivery_id).cte("ins_q")
     shown = (
         select(ins_r.c.user_id, ins_r.c.public_id, ins_r.c.audience_role_id)
         .select_from(ins_d.join(ins_r, ins_r.c.id == ins_d.c.recipient_id))
         .where(ins_d.c.channel == "in_app", ins_d.c.status == "delivered")
         .subquery("shown")
     )
-    queued = (
-        select(func.count()).select_from(ins_d).where(ins_d.c.status == "queued").scalar_subquery()
-    )
+    queued = select(func.count()).select_from(ins_q).scalar_subquery()
     # The channels of the rows queued, e.g. 'email' or 'email,sms': only those senders wake
     # (herald.runtime.worker.ChannelWakes).
     queued_kinds = (

@@ -25,6 +25,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.db import queue
 from herald.db import schema as s
 
 b = s.broadcast
@@ -153,10 +154,11 @@ def _now_if_unreleased() -> Any:
 
 async def delivery_counts(conn: AsyncConnection, event_id: int) -> list[tuple[str, str, int]]:
     """(channel, status, n) of the event's delivery rows."""
+    status = queue.published_status(d.c.status, d.c.id)  # processing: claimed (db.queue)
     query = (
-        select(d.c.channel, d.c.status, func.count())
+        select(d.c.channel, status, func.count())
         .where(d.c.event_id == event_id)
-        .group_by(d.c.channel, d.c.status)
+        .group_by(d.c.channel, status)
     )
     return [(row[0], row[1], int(row[2])) for row in await conn.execute(query)]
 

@@ -2,7 +2,7 @@
 passed_over (issue 45, provider failover within a channel).
 
 Revision ID: 0028
-Revises: 0025
+Revises: 0027
 Create Date: 2026-12-07 12:10:00.000000
 
 A channel may list several providers (HERALD_EMAIL_PROVIDERS, HERALD_SMS_PROVIDERS), so the
@@ -21,7 +21,7 @@ from alembic import op
 revision: str = "0028"
 # 0026 and 0027 are being written beside this on another branch: whichever merges second
 # re-points its down_revision at the other's head.
-down_revision: str | None = "0025"
+down_revision: str | None = "0027"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
