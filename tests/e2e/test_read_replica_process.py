@@ -77,3 +77,62 @@ async def test_herald_api_reads_the_inbox_from_the_standby_and_fences_a_writer(
     finally:
         api.kill()
         await engine.dispose()
+
+
+async def test_subscribing_to_the_stream_fences_the_person(
+    cluster: ReplicaCluster, tmp_path: Path
+) -> None:
+    """A client refetches its inbox once its stream says `subscribed`. An item committed before
+    the subscription sent its notice before the stream listened, so that refetch must include
+    it: subscribing fences the person, and the refetch is the primary's while the standby has not
+    replayed up to the subscription."""
+    env = herald_env(
+        HERALD_DATABASE_URL=cluster.primary_url("herald"),
+        HERALD_DATABASE_READ_URL=cluster.standby_url("herald"),
+        HERALD_JWT_SECRET=JWT_SECRET,
+        HERALD_DATA_DIR=str(tmp_path / "data"),
+        HERALD_REDIS_URL=None,
+        HERALD_READ_MAX_LAG_SECONDS="3600",
+        HERALD_RATE_LIMIT_PER_PERSON="off",
+    )
+    engine: AsyncEngine = make_async_engine(cluster.primary_url("herald"), pool_size=1)
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    api = HeraldProcess(["api", "--port", str(port)], env, tmp_path / "api.log")
+    try:
+        seed = Seed(engine, f"rrs-{uuid.uuid4().hex[:10]}")
+        ann, bob = await seed.person("ann"), await seed.person("bob")
+        await seed.notify(ann, title="first")
+        await seed.notify(bob, title="first")
+        settings = Settings(jwt_secret=JWT_SECRET)
+        api.wait_until_healthy(api_url)
+
+        def client(subject: str) -> httpx.AsyncClient:
+            token = auth.sign_token(settings, tenant_id=seed.tenant, subject=subject)
+            return httpx.AsyncClient(
+                base_url=api_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+            )
+
+        ann_http, bob_http = client("ann"), client("bob")
+        assert await _titles(ann_http) == ["first"] and await _titles(bob_http) == ["first"]
+        cluster.wait_caught_up()
+        cluster.pause_replay()
+        try:
+            await seed.notify(ann, title="second")
+            await seed.notify(bob, title="second")
+            assert await _titles(ann_http) == ["first"]  # the standby's answer
+            async with ann_http.stream("GET", "/v1/me/notifications/stream") as stream:
+                assert stream.status_code == 200
+                async for line in stream.aiter_lines():
+                    if line.startswith(":") and "subscribed" in line:
+                        break
+                assert await _titles(ann_http) == ["second", "first"]  # the primary's
+            assert await _titles(bob_http) == ["first"]  # bob never subscribed: the standby
+        finally:
+            cluster.resume_replay()
+            await ann_http.aclose()
+            await bob_http.aclose()
+        assert api.stop() == 0, api.describe()
+    finally:
+        api.kill()
+        await engine.dispose()
