@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/delivery.py [--deliveries 50000] [--repeat 3] [--history MONTHS]
         [--depths 10000,1000000] [--claims 50] [--workers 1,2] [--process-deliveries N]
-        [--peer-jobs N]
+        [--peer-jobs N] [--webpush-deliveries N]
 
 Everything runs in one database of its own on one server, in one run:
 
@@ -22,6 +22,11 @@ Everything runs in one database of its own on one server, in one run:
    scaling factor, with the database's and the workers' CPU time over the drain.
 4. Peer: Procrastinate processing as many no-op jobs with one worker (skipped with a note when
    it is not installed, or with --peer-jobs 0).
+5. Web Push beside email: --webpush-deliveries queued push deliveries to browser subscriptions,
+   drained in-process through the real push channel (Web Push provider: aes128gcm encryption
+   for each subscription, a VAPID signature, an HTTP POST) against an instant local push
+   service, then as many email deliveries through the instant email provider; deliveries/s of
+   each and what the encryption alone costs one message (0: skip).
 
 Uses HERALD_BENCH_DATABASE_URL (a server; the bench creates and drops its own databases), else
 the embedded PostgreSQL under .herald/bench. Never part of the test run's pass/fail. Figures on
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -385,6 +391,167 @@ async def procrastinate_peer(server: str, jobs: int) -> float | None:
         drop_database(server, name)
 
 
+class InstantPushService:
+    """A push service that answers every POST 201 at once (aiohttp, on a thread of its own):
+    what is measured is Herald's side of a push, not a push service."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.received = 0
+        self.port = 0
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        from aiohttp import web
+
+        async def accept(request: web.Request) -> web.Response:
+            await request.read()
+            self.received += 1
+            return web.Response(status=201)
+
+        async def main() -> None:
+            app = web.Application()
+            app.router.add_post("/push/{id}", accept)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self._ready.set()
+            await asyncio.Event().wait()
+
+        self._loop = asyncio.new_event_loop()
+        self._loop.run_until_complete(main())
+
+    def start(self) -> str:
+        self._thread.start()
+        self._ready.wait(10)
+        return f"http://127.0.0.1:{self.port}"
+
+
+def seed_webpush_queue(dsn: str, n: int, base_url: str, keys: tuple[str, str]) -> None:
+    """Empty the queue, then one event to n people with one browser subscription each and n
+    queued push deliveries (one a subscription), each with its queue row."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "TRUNCATE notification_delivery_attempt, notification_delivery, "
+            "notification_delivery_queue, notification_recipient, notification_event, "
+            "notification_push_token, dead_letter CASCADE"
+        )
+        conn.execute(
+            "INSERT INTO notification_push_token (tenant_id, person_id, token, platform, "
+            "webpush_p256dh, webpush_auth) SELECT tenant_id, id, %s || '/push/' || id, "
+            "'webpush', %s, %s FROM person WHERE tenant_id = %s ORDER BY id LIMIT %s",
+            (base_url, keys[0], keys[1], TENANT, n),
+        )
+        event_id = conn.execute(
+            "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, "
+            "channels, variables, dedupe_key, fanout_claimed_at, fanout_claim_token, "
+            "fanout_completed_at, recipient_count) VALUES (%s, 'announcement.posted', "
+            "'announcement', 'normal', '{\"kind\": \"all_users\"}', ARRAY['push'], "
+            '\'{"title": "Sports day moved", "message": "It is now on Friday."}\', %s, now(), '
+            "gen_random_uuid(), now(), %s) RETURNING id",
+            (TENANT, uuid.uuid4().hex * 2, n),
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute(
+            "INSERT INTO notification_recipient (tenant_id, event_id, user_id, "
+            "user_public_id_snapshot, variables, occurred_at) "
+            "SELECT tenant_id, %s, id, public_id, jsonb_build_object('name', full_name), now() "
+            "FROM person WHERE tenant_id = %s ORDER BY id LIMIT %s",
+            (event_id, TENANT, n),
+        )
+        conn.execute(
+            "WITH d AS (INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, "
+            "user_id, channel, provider_target_id, status, queued_at, next_attempt_at, "
+            "occurred_at) SELECT r.tenant_id, r.event_id, r.id, r.user_id, 'push', t.id, "
+            "'queued', now(), now() - interval '1 second', r.occurred_at "
+            "FROM notification_recipient r JOIN notification_push_token t "
+            "ON t.person_id = r.user_id WHERE r.event_id = %s ORDER BY r.id "
+            "RETURNING id, tenant_id, channel, occurred_at, next_attempt_at) "
+            "INSERT INTO notification_delivery_queue (delivery_id, tenant_id, channel, "
+            "occurred_at, next_attempt_at) SELECT * FROM d ORDER BY next_attempt_at, id",
+            (event_id,),
+        )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+async def webpush_path(url: str, n: int, settings: Settings) -> float:
+    from herald.channels.fcm import FcmPushProvider
+    from herald.channels.push import PushProvider
+    from herald.channels.webpush import WebPushProvider
+
+    engine = make_async_engine(url, pool_size=2)
+    vault = TableVault(engine, Fernet.generate_key())
+    provider = PushProvider(FcmPushProvider(settings), WebPushProvider(settings))
+    started = time.perf_counter()
+    await drain_channel(
+        engine, "push", provider, registry=SAMPLE_REGISTRY, vault=vault, settings=settings
+    )
+    elapsed = time.perf_counter() - started
+    await provider.aclose()
+    await engine.dispose()
+    return elapsed
+
+
+def encryption_cost(keys: tuple[str, str], messages: int = 2000) -> float:
+    """Microseconds of one message's aes128gcm encryption for one subscription (pywebpush)."""
+    from pywebpush import WebPusher
+
+    body = json.dumps({"title": "Sports day moved", "body": "It is now on Friday."}).encode()
+    pusher = WebPusher(
+        {
+            "endpoint": "https://push.example/x",
+            "keys": dict(zip(("p256dh", "auth"), keys, strict=True)),
+        }
+    )
+    started = time.perf_counter()
+    for _ in range(messages):
+        pusher.encode(body, "aes128gcm")
+    return (time.perf_counter() - started) / messages * 1e6
+
+
+def webpush_section(url: str, dsn: str, n: int, data_dir: Path) -> None:
+    """Section 5: Web Push beside email, in one run."""
+    from tests.providers.servers import webpush_subscription
+
+    print(
+        f"\n5. {n:,} Web Push deliveries beside {n:,} email deliveries (in-process, instant peers)"
+    )
+    browser = webpush_subscription("https://push.example/x")
+    keys = (browser.p256dh, browser.auth_b64)
+    service = InstantPushService()
+    base = service.start()
+    settings = Settings(
+        database_url=url,
+        webpush_vapid_subject="mailto:bench@school.example",
+        webhook_allow_loopback=True,
+        data_dir=data_dir,
+        vault_key=Fernet.generate_key().decode(),
+    )
+    seed_webpush_queue(dsn, n, base, keys)
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+        push_seconds = runner.run(webpush_path(url, n, settings))
+    assert service.received == n, (service.received, n)
+    seed_queue(dsn, n, tied=False)
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+        email_seconds = runner.run(herald_path(url, n))
+    push_rate, email_rate = n / push_seconds, n / email_seconds
+    print(
+        f"   web push {push_rate:8,.0f} deliveries/s   email {email_rate:8,.0f} deliveries/s   "
+        f"web push / email = {push_rate / email_rate:.2f}"
+    )
+    print(
+        f"   per delivery: web push {push_seconds / n * 1e6:6.0f} us, email "
+        f"{email_seconds / n * 1e6:6.0f} us; the encryption alone {encryption_cost(keys):5.0f} us "
+        "a message (one ECDH and an AES-GCM seal per subscription)"
+    )
+
+
 def _ints(value: str) -> list[int]:
     return [int(v) for v in value.split(",") if v.strip()]
 
@@ -413,6 +580,12 @@ def main() -> None:
         type=int,
         default=None,
         help="Procrastinate no-op jobs (default: the same as --deliveries; 0: skip)",
+    )
+    parser.add_argument(
+        "--webpush-deliveries",
+        type=int,
+        default=10_000,
+        help="section 5's Web Push (and email) deliveries (0: skip)",
     )
     parser.add_argument(
         "--history",
@@ -525,6 +698,8 @@ def main() -> None:
                     f"\n4. peer: procrastinate, {peer_jobs:,} no-op jobs: "
                     f"{peer_jobs / peer_seconds:8,.0f} jobs/s"
                 )
+        if args.webpush_deliveries:
+            webpush_section(url, dsn, min(args.webpush_deliveries, n), log_dir)
     finally:
         drop_database(server, name)
 

@@ -545,7 +545,7 @@ async def test_browsers_get_web_push_through_the_real_provider(
     from herald.channels.fcm import FcmPushProvider
     from herald.channels.push import PushProvider
     from herald.channels.webpush import WebPushProvider
-    from tests.providers.servers import WebPushReply, webpush_server
+    from tests.providers.servers import webpush_server
 
     settings = delivery_settings.model_copy(
         update={
@@ -570,13 +570,8 @@ async def test_browsers_get_web_push_through_the_real_provider(
         await send_event(engine, tenant, channels=["push"])
         await run_to_completion(engine, tenant)
 
-        class GoneFor(WebPushProvider):
-            async def send(self, message: Message) -> ProviderOutcome:
-                if message.to == gone.endpoint:
-                    server.reply_with(WebPushReply(410))
-                return await super().send(message)
-
-        provider = PushProvider(FcmPushProvider(settings), GoneFor(settings))
+        server.gone.add(gone.endpoint.rsplit("/", 1)[1])
+        provider = PushProvider(FcmPushProvider(settings), WebPushProvider(settings))
         try:
             await deliver(engine, provider, vault, settings, tenant)()
         finally:

@@ -1169,6 +1169,8 @@ class WebPushTestServer:
         self.received: list[WebPushReceived] = []
         self.refused: list[str] = []
         self.replies: deque[WebPushReply] = deque()
+        # Subscriptions the browser dropped: answered 410 Gone, as a push service does.
+        self.gone: set[str] = set()
         self._httpd = _WebPushHTTPServer(("127.0.0.1", 0), _WebPushHandler)
         self._httpd.owner = self
         self.origin = f"http://127.0.0.1:{self._httpd.server_address[1]}"
@@ -1261,7 +1263,10 @@ class _WebPushHandler(BaseHTTPRequestHandler):
             owner.refused.append(checked)
             self._answer(WebPushReply(401 if checked.startswith("vapid") else 400))
             return
-        reply = owner.replies.popleft() if owner.replies else WebPushReply()
+        if self.path.removeprefix("/push/") in owner.gone:
+            reply = WebPushReply(410)
+        else:
+            reply = owner.replies.popleft() if owner.replies else WebPushReply()
         if 200 <= reply.status < 300:
             owner.received.append(checked)
         self._answer(reply)
