@@ -391,45 +391,58 @@ async def procrastinate_peer(server: str, jobs: int) -> float | None:
         drop_database(server, name)
 
 
+def _serve_pushes(port: Any, received: Any) -> None:
+    """The instant push service's process: aiohttp answering every POST 201."""
+    from aiohttp import web
+
+    async def accept(request: web.Request) -> web.Response:
+        await request.read()
+        with received.get_lock():
+            received.value += 1
+        return web.Response(status=201)
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/push/{id}", accept)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port.value = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
 class InstantPushService:
-    """A push service that answers every POST 201 at once (aiohttp, on a thread of its own):
-    what is measured is Herald's side of a push, not a push service."""
+    """A push service that answers every POST 201 at once, in a process of its own (a thread
+    would share the worker's GIL and charge its waits to Herald): what is measured is Herald's
+    side of a push, not a push service."""
 
     def __init__(self) -> None:
-        import threading
+        import multiprocessing
 
-        self.received = 0
-        self.port = 0
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        context = multiprocessing.get_context("fork")
+        self._port = context.Value("i", 0)
+        self._received = context.Value("q", 0)
+        self._process = context.Process(
+            target=_serve_pushes, args=(self._port, self._received), daemon=True
+        )
 
-    def _serve(self) -> None:
-        from aiohttp import web
-
-        async def accept(request: web.Request) -> web.Response:
-            await request.read()
-            self.received += 1
-            return web.Response(status=201)
-
-        async def main() -> None:
-            app = web.Application()
-            app.router.add_post("/push/{id}", accept)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self._ready.set()
-            await asyncio.Event().wait()
-
-        self._loop = asyncio.new_event_loop()
-        self._loop.run_until_complete(main())
+    @property
+    def received(self) -> int:
+        return int(self._received.value)
 
     def start(self) -> str:
-        self._thread.start()
-        self._ready.wait(10)
-        return f"http://127.0.0.1:{self.port}"
+        self._process.start()
+        deadline = time.monotonic() + 10
+        while not self._port.value and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return f"http://127.0.0.1:{self._port.value}"
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.join(5)
 
 
 def seed_webpush_queue(dsn: str, n: int, base_url: str, keys: tuple[str, str]) -> None:
@@ -498,6 +511,23 @@ async def webpush_path(url: str, n: int, settings: Settings) -> float:
     return elapsed
 
 
+async def push_service_ceiling(base: str, posts: int = 2000, width: int = 8) -> float:
+    """Posts/s one httpx client gets from the instant push service, `width` at a time (the push
+    channel's concurrency): the bound the service and the loopback put on section 5."""
+    import httpx
+
+    body = b"x" * 200
+    async with httpx.AsyncClient() as client:
+
+        async def one(i: int) -> None:
+            await client.post(f"{base}/push/ceiling-{i}", content=body)
+
+        started = time.perf_counter()
+        for first in range(0, posts, width):
+            await asyncio.gather(*(one(first + k) for k in range(width)))
+        return posts / (time.perf_counter() - started)
+
+
 def encryption_cost(keys: tuple[str, str], messages: int = 2000) -> float:
     """Microseconds of one message's aes128gcm encryption for one subscription (pywebpush)."""
     from pywebpush import WebPusher
@@ -540,6 +570,8 @@ def webpush_section(url: str, dsn: str, n: int, data_dir: Path) -> None:
     seed_queue(dsn, n, tied=False)
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
         email_seconds = runner.run(herald_path(url, n))
+    ceiling = asyncio.run(push_service_ceiling(base))
+    service.stop()
     push_rate, email_rate = n / push_seconds, n / email_seconds
     print(
         f"   web push {push_rate:8,.0f} deliveries/s   email {email_rate:8,.0f} deliveries/s   "
@@ -549,6 +581,10 @@ def webpush_section(url: str, dsn: str, n: int, data_dir: Path) -> None:
         f"   per delivery: web push {push_seconds / n * 1e6:6.0f} us, email "
         f"{email_seconds / n * 1e6:6.0f} us; the encryption alone {encryption_cost(keys):5.0f} us "
         "a message (one ECDH and an AES-GCM seal per subscription)"
+    )
+    print(
+        f"   the instant push service alone, bare httpx posts 8 at a time: {ceiling:8,.0f} posts/s "
+        f"(web push / that = {push_rate / ceiling:.2f}); email's instant provider makes no request"
     )
 
 
