@@ -211,7 +211,8 @@ async def test_the_push_channel_sends_each_device_through_its_service(
     tmp_path: Path, server: WebPushTestServer
 ) -> None:
     """Browsers through their push service; a phone, with FCM unconfigured, is skipped
-    unconfigured (the backfill sends it once FCM is)."""
+    unconfigured (the backfill sends it once FCM is). Each outcome names the service that gave
+    it, so the attempt evidence and the metrics count FCM and Web Push apart."""
     settings = settings_for(tmp_path)
     from herald.channels.fcm import FcmPushProvider
 
@@ -223,8 +224,8 @@ async def test_the_push_channel_sends_each_device_through_its_service(
         phone = await push.send(Message(channel="push", to="fcm-token", body="x", platform="ios"))
     finally:
         await push.aclose()
-    assert browser.outcome == "sent"
-    assert (phone.outcome, phone.skip_reason) == ("skipped", "unconfigured")
+    assert (browser.outcome, browser.provider) == ("sent", "webpush")
+    assert (phone.outcome, phone.skip_reason, phone.provider) == ("skipped", "unconfigured", "fcm")
 
 
 def test_unset_subject_means_unconfigured(tmp_path: Path) -> None:

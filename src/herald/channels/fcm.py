@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from typing_extensions import override
 
+from herald.channels import push
 from herald.channels.base import Message, ProviderOutcome, http_client
 from herald.config import Settings
 
@@ -344,39 +345,14 @@ def classify_fcm_response(
     detail = error_code or f"http_{status}"
     status_text = str(status)
     if error_code == "UNREGISTERED" or (error_code == "INVALID_ARGUMENT" and error.about_token):
-        return ProviderOutcome.failure(
-            "PUSH_TOKEN_INVALID",
-            retryable=False,
-            detail=detail,
-            status=status_text,
-            invalidate_token=True,
-        )
+        return push.token_gone(detail, status_text)
     if error_code == "SENDER_ID_MISMATCH":
-        return ProviderOutcome.failure(
-            "PUSH_SENDER_MISMATCH",
-            retryable=False,
-            detail=detail,
-            status=status_text,
-            invalidate_token=True,
-        )
-    if status in (401, 403):
-        return ProviderOutcome.failure(
-            "PUSH_AUTH", retryable=True, detail=detail, status=status_text
-        )
-    if (
-        status == 429
-        or status >= 500
-        or error_code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL")
-    ):
-        return ProviderOutcome.failure(
-            "PUSH_TRANSPORT",
-            retryable=True,
-            detail=detail,
-            status=status_text,
-            retry_after_seconds=parse_retry_after(headers.get("retry-after")),
-        )
-    return ProviderOutcome.failure(
-        "PUSH_REJECTED", retryable=False, detail=detail, status=status_text
+        return push.token_gone(detail, status_text, "PUSH_SENDER_MISMATCH")
+    return push.failure_by_status(
+        status,
+        detail,
+        parse_retry_after(headers.get("retry-after")),
+        transient=error_code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL"),
     )
 
 

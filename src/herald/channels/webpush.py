@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid02
 from pywebpush import WebPusher, WebPushException
 
-from herald.channels import destination
+from herald.channels import destination, push
 from herald.channels.base import Message, ProviderOutcome, http_client
 from herald.channels.fcm import parse_retry_after
 from herald.config import Settings
@@ -263,26 +263,7 @@ def classify_webpush_response(status: int, headers: Mapping[str, str]) -> Provid
         return ProviderOutcome.sent(None, status=status_text)
     if status in (404, 410):
         # The subscription expired or the user revoked it: deactivate the device now.
-        return ProviderOutcome.failure(
-            "PUSH_TOKEN_INVALID",
-            retryable=False,
-            detail=detail,
-            status=status_text,
-            invalidate_token=True,
-        )
-    if status in (401, 403):
-        return ProviderOutcome.failure(
-            "PUSH_AUTH", retryable=True, detail=detail, status=status_text
-        )
-    if status == 429 or status >= 500:
-        return ProviderOutcome.failure(
-            "PUSH_TRANSPORT",
-            retryable=True,
-            detail=detail,
-            status=status_text,
-            retry_after_seconds=parse_retry_after(headers.get("retry-after")),
-        )
-    # 400 (malformed), 413 (payload too large) and anything else: this message will not go.
-    return ProviderOutcome.failure(
-        "PUSH_REJECTED", retryable=False, detail=detail, status=status_text
-    )
+        return push.token_gone(detail, status_text)
+    # 400 (malformed), 413 (payload too large) and anything else not retried: this message
+    # will not go.
+    return push.failure_by_status(status, detail, parse_retry_after(headers.get("retry-after")))
