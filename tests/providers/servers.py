@@ -12,16 +12,107 @@ import socket
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from typing_extensions import override
+
+# ---------------------------------------------------------------------------------------------
+# The HTTP stand-ins' shared plumbing
+# ---------------------------------------------------------------------------------------------
+
+
+class _StubHTTPServer(ThreadingHTTPServer):
+    """The loopback server of one stand-in: handler threads are joined at close (daemon_threads
+    off), the backlog takes a concurrent-send test's connections, and `owner` is the stand-in
+    its handlers read and record into."""
+
+    daemon_threads = False
+    request_queue_size = 128
+    owner: Any
+
+
+class StubService:
+    """A provider stand-in on a free loopback port, served by one thread. `base_url` is known
+    before it starts; `release` ends every held (delayed) answer at shutdown. A context manager:
+    started on entry, stopped on exit."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.release = threading.Event()
+        self._httpd = _StubHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()  # joins the handler threads
+        self._thread.join()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StubHandler(BaseHTTPRequestHandler):
+    """A stand-in's request handler: the body and lower-cased headers of the request, an answer
+    that survives a client that gave up (a read-timeout test), and nothing on stderr."""
+
+    server: _StubHTTPServer
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def lower_headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.headers.items()}
+
+    def answer(
+        self,
+        status: int,
+        payload: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        content_type: str | None = "application/json",
+        delay_seconds: float = 0.0,
+    ) -> None:
+        if delay_seconds:
+            self.server.owner.release.wait(delay_seconds)
+        try:
+            self.send_response(status)
+            if content_type is not None:
+                self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up; nothing to answer
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read what the stand-in recorded, not stderr."""
+
+
+def json_payload(body: Any) -> bytes:
+    """A reply body as sent: bytes as they are, anything else as JSON."""
+    return body if isinstance(body, bytes) else json.dumps(body).encode()
+
 
 # ---------------------------------------------------------------------------------------------
 # SMTP (aiosmtpd)
@@ -161,87 +252,36 @@ def resend_error(status: int, name: str, message: str) -> ResendReply:
     return ResendReply(status=status, body={"statusCode": status, "name": name, "message": message})
 
 
-class ResendTestServer:
+class ResendTestServer(StubService):
     """A local stand-in for api.resend.com. Replies queued with `reply_with` are used in order;
     when none is queued, a send succeeds with a fresh id."""
 
     def __init__(self) -> None:
         self.requests: list[ResendRequest] = []
         self.replies: deque[ResendReply] = deque()
-        self.release = threading.Event()  # ends every held (delayed) answer at shutdown
-        self._httpd = _ResendHTTPServer(("127.0.0.1", 0), _ResendHandler)
-        self._httpd.owner = self
-        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(_ResendHandler)
 
     def reply_with(self, *replies: ResendReply) -> None:
         self.replies.extend(replies)
 
-    def start(self) -> None:
-        self._thread.start()
 
-    def stop(self) -> None:
-        self.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()  # joins the handler threads (daemon_threads is off)
-        self._thread.join()
-
-
-class _ResendHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    owner: ResendTestServer
-
-
-class _ResendHandler(BaseHTTPRequestHandler):
-    server: _ResendHTTPServer
-
+class _ResendHandler(StubHandler):
     def do_POST(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
+        owner: ResendTestServer = self.server.owner
         owner.requests.append(
             ResendRequest(
-                method="POST",
-                path=self.path,
-                headers={k.lower(): v for k, v in self.headers.items()},
-                body=body,
+                method="POST", path=self.path, headers=self.lower_headers(), body=self.read_body()
             )
         )
         reply = owner.replies.popleft() if owner.replies else ResendReply()
-        if reply.delay_seconds:
-            owner.release.wait(reply.delay_seconds)
-        if reply.body is None:
-            payload = json.dumps({"id": str(uuid.uuid4())}).encode()
-        elif isinstance(reply.body, bytes):
-            payload = reply.body
-        else:
-            payload = json.dumps(reply.body).encode()
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a read-timeout test); nothing to answer
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read `requests`, not stderr."""
+        body = {"id": str(uuid.uuid4())} if reply.body is None else reply.body
+        self.answer(
+            reply.status, json_payload(body), reply.headers, delay_seconds=reply.delay_seconds
+        )
 
 
-@contextmanager
-def resend_server() -> Iterator[ResendTestServer]:
-    server = ResendTestServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def resend_server() -> ResendTestServer:
+    return ResendTestServer()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,18 +328,13 @@ AakashReply = _SmsReply
 TwilioReply = _SmsReply
 
 
-class _SmsStubServer:
+class _SmsStubServer(StubService):
     def __init__(self, default: Callable[[_SmsRequest], _SmsReply]) -> None:
         self.requests: list[_SmsRequest] = []
         self.replies: deque[_SmsReply] = deque()
-        self.release = threading.Event()
         self._default = default
-        self._httpd = _SmsHTTPServer(("127.0.0.1", 0), _SmsHandler)
-        self._httpd.owner = self
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(_SmsHandler)
+        self.url = self.base_url
 
     def reply_with(self, *replies: _SmsReply) -> None:
         self.replies.extend(replies)
@@ -308,55 +343,21 @@ class _SmsStubServer:
         self.requests.append(request)
         return self.replies.popleft() if self.replies else self._default(request)
 
-    def start(self) -> None:
-        self._thread.start()
 
-    def stop(self) -> None:
-        self.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-
-class _SmsHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    owner: _SmsStubServer
-
-
-class _SmsHandler(BaseHTTPRequestHandler):
-    server: _SmsHTTPServer
-
+class _SmsHandler(StubHandler):
     def _serve(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
+        owner: _SmsStubServer = self.server.owner
         request = _SmsRequest(
-            method=self.command,
-            path=self.path,
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=self.rfile.read(length),
+            method=self.command, path=self.path, headers=self.lower_headers(), body=self.read_body()
         )
         reply = owner.answer(request)
-        if reply.delay_seconds:
-            owner.release.wait(reply.delay_seconds)
         body = reply.body(request) if callable(reply.body) else reply.body
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a read-timeout test)
+        self.answer(
+            reply.status, json_payload(body), reply.headers, delay_seconds=reply.delay_seconds
+        )
 
     do_GET = _serve
     do_POST = _serve
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read `requests`, not stderr."""
 
 
 # --- Aakash ----------------------------------------------------------------------------------
@@ -431,15 +432,9 @@ def _aakash_default(request: _SmsRequest) -> _SmsReply:
     return _SmsReply(status=404, body=b"<html>Not Found</html>")
 
 
-@contextmanager
-def aakash_server() -> Iterator[_SmsStubServer]:
+def aakash_server() -> _SmsStubServer:
     """A local stand-in for sms.aakashsms.com: base URL `server.url + "/sms/v3"`."""
-    server = _SmsStubServer(_aakash_default)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    return _SmsStubServer(_aakash_default)
 
 
 # --- Twilio ----------------------------------------------------------------------------------
@@ -485,15 +480,9 @@ def _twilio_default(request: _SmsRequest) -> _SmsReply:
     return _SmsReply(status=201, body=_twilio_created)
 
 
-@contextmanager
-def twilio_server() -> Iterator[_SmsStubServer]:
+def twilio_server() -> _SmsStubServer:
     """A local stand-in for api.twilio.com (checks basic auth and the account path)."""
-    server = _SmsStubServer(_twilio_default)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    return _SmsStubServer(_twilio_default)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +546,7 @@ def fcm_error(
     return FcmReply(status=status, body=body, headers=headers or {})
 
 
-class FcmTestServer:
+class FcmTestServer(StubService):
     """A local stand-in for fcm.googleapis.com and oauth2.googleapis.com/token.
 
     The token endpoint checks the JWT assertion's RS256 signature with `public_key_pem`, its
@@ -576,30 +565,15 @@ class FcmTestServer:
         self.replies: deque[FcmReply] = deque()
         self.token_replies: deque[FcmReply] = deque()
         self.expires_in = 3600
-        self.release = threading.Event()
-        self._httpd = _FcmHTTPServer(("127.0.0.1", 0), _FcmHandler)
-        self._httpd.owner = self
-        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        super().__init__(_FcmHandler)
         self.token_url = f"{self.base_url}/token"
         self.audience = self.token_url
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
 
     def reply_with(self, *replies: FcmReply) -> None:
         self.replies.extend(replies)
 
     def token_reply_with(self, *replies: FcmReply) -> None:
         self.token_replies.extend(replies)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
 
     def check_assertion(self, assertion: str) -> bool:
         import jwt  # local: keeps this section's imports out of the shared header
@@ -622,19 +596,10 @@ class FcmTestServer:
         )
 
 
-class _FcmHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    request_queue_size = 128  # concurrent-send tests open many connections at once
-    owner: FcmTestServer
-
-
-class _FcmHandler(BaseHTTPRequestHandler):
-    server: _FcmHTTPServer
-
+class _FcmHandler(StubHandler):
     def do_POST(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
+        owner: FcmTestServer = self.server.owner
+        body = self.read_body()
         if self.path == "/token":
             form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
             owner.token_requests.append(form)
@@ -661,11 +626,7 @@ class _FcmHandler(BaseHTTPRequestHandler):
                     )
             self._answer(reply)
             return
-        owner.requests.append(
-            FcmRequest(
-                path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
-            )
-        )
+        owner.requests.append(FcmRequest(path=self.path, headers=self.lower_headers(), body=body))
         if self.path != f"/v1/projects/{owner.project_id}/messages:send":
             self._answer(fcm_error(404, "NOT_FOUND", "Requested entity was not found."))
             return
@@ -682,35 +643,17 @@ class _FcmHandler(BaseHTTPRequestHandler):
         self._answer(reply)
 
     def _answer(self, reply: FcmReply) -> None:
-        if reply.delay_seconds:
-            self.server.owner.release.wait(reply.delay_seconds)
-        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a read-timeout test)
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read the recorded requests, not stderr."""
+        self.answer(
+            reply.status,
+            json_payload(reply.body),
+            reply.headers,
+            content_type="application/json; charset=UTF-8",
+            delay_seconds=reply.delay_seconds,
+        )
 
 
-@contextmanager
-def fcm_server(
-    public_key_pem: bytes, client_email: str, project_id: str
-) -> Iterator[FcmTestServer]:
-    server = FcmTestServer(public_key_pem, client_email, project_id)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def fcm_server(public_key_pem: bytes, client_email: str, project_id: str) -> FcmTestServer:
+    return FcmTestServer(public_key_pem, client_email, project_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,22 +692,16 @@ def telegram_error(
     return TelegramReply(status=status, body=body)
 
 
-class TelegramTestServer:
+class TelegramTestServer(StubService):
     """A local stand-in for api.telegram.org for one bot token (others get 401 Unauthorized)."""
 
     def __init__(self, bot_token: str) -> None:
         self.bot_token = bot_token
         self.requests: list[TelegramRequest] = []
         self.replies: deque[TelegramReply] = deque()
-        self.release = threading.Event()
         self._next_message_id = 1000
         self._lock = threading.Lock()
-        self._httpd = _TelegramHTTPServer(("127.0.0.1", 0), _TelegramHandler)
-        self._httpd.owner = self
-        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(_TelegramHandler)
 
     def reply_with(self, *replies: TelegramReply) -> None:
         self.replies.extend(replies)
@@ -774,33 +711,13 @@ class TelegramTestServer:
             self._next_message_id += 1
             return self._next_message_id
 
-    def start(self) -> None:
-        self._thread.start()
 
-    def stop(self) -> None:
-        self.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-
-class _TelegramHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    request_queue_size = 128  # concurrent-send tests open many connections at once
-    owner: TelegramTestServer
-
-
-class _TelegramHandler(BaseHTTPRequestHandler):
-    server: _TelegramHTTPServer
-
+class _TelegramHandler(StubHandler):
     def do_POST(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
+        owner: TelegramTestServer = self.server.owner
+        body = self.read_body()
         owner.requests.append(
-            TelegramRequest(
-                path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
-            )
+            TelegramRequest(path=self.path, headers=self.lower_headers(), body=body)
         )
         prefix = f"/bot{owner.bot_token}/"
         if not self.path.startswith(prefix):
@@ -824,33 +741,13 @@ class _TelegramHandler(BaseHTTPRequestHandler):
         self._answer(reply)
 
     def _answer(self, reply: TelegramReply) -> None:
-        if reply.delay_seconds:
-            self.server.owner.release.wait(reply.delay_seconds)
-        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a read-timeout test)
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read the recorded requests, not stderr."""
+        self.answer(
+            reply.status, json_payload(reply.body), reply.headers, delay_seconds=reply.delay_seconds
+        )
 
 
-@contextmanager
-def telegram_server(bot_token: str) -> Iterator[TelegramTestServer]:
-    server = TelegramTestServer(bot_token)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def telegram_server(bot_token: str) -> TelegramTestServer:
+    return TelegramTestServer(bot_token)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -889,7 +786,7 @@ def slack_error(error: str, *, status: int = 200, retry_after: int | None = None
     return ChatReply(status=status, body={"ok": False, "error": error}, headers=headers)
 
 
-class ChatTestServer:
+class ChatTestServer(StubService):
     """A local stand-in for slack.com/api (`kind="slack"`, one bot token: any other is answered
     `invalid_auth`, none `not_authed`) or for Teams webhooks (`kind="teams"`: any path under
     /webhook/ is a live webhook; `gone` holds paths answered 404)."""
@@ -900,15 +797,9 @@ class ChatTestServer:
         self.requests: list[ChatRequest] = []
         self.replies: deque[ChatReply] = deque()
         self.gone: set[str] = set()
-        self.release = threading.Event()
         self._ts = 1_700_000_000
         self._lock = threading.Lock()
-        self._httpd = _ChatHTTPServer(("127.0.0.1", 0), _ChatHandler)
-        self._httpd.owner = self
-        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(_ChatHandler)
 
     @property
     def api_url(self) -> str:
@@ -927,32 +818,11 @@ class ChatTestServer:
             self._ts += 1
             return f"{self._ts}.000100"
 
-    def start(self) -> None:
-        self._thread.start()
 
-    def stop(self) -> None:
-        self.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-
-class _ChatHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    request_queue_size = 128
-    owner: ChatTestServer
-
-
-class _ChatHandler(BaseHTTPRequestHandler):
-    server: _ChatHTTPServer
-
+class _ChatHandler(StubHandler):
     def do_POST(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        request = ChatRequest(
-            path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
-        )
+        owner: ChatTestServer = self.server.owner
+        request = ChatRequest(path=self.path, headers=self.lower_headers(), body=self.read_body())
         owner.requests.append(request)
         if owner.kind == "slack":
             self._slack(owner, request)
@@ -987,46 +857,21 @@ class _ChatHandler(BaseHTTPRequestHandler):
         self._answer(reply)
 
     def _answer(self, reply: ChatReply) -> None:
-        if reply.delay_seconds:
-            self.server.owner.release.wait(reply.delay_seconds)
-        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        try:
-            self.send_response(reply.status)
-            self.send_header(
-                "Content-Type",
-                "text/plain" if isinstance(reply.body, bytes) else "application/json",
-            )
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read the recorded requests, not stderr."""
+        self.answer(
+            reply.status,
+            json_payload(reply.body),
+            reply.headers,
+            content_type="text/plain" if isinstance(reply.body, bytes) else "application/json",
+            delay_seconds=reply.delay_seconds,
+        )
 
 
-@contextmanager
-def slack_server(bot_token: str) -> Iterator[ChatTestServer]:
-    server = ChatTestServer("slack", bot_token)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def slack_server(bot_token: str) -> ChatTestServer:
+    return ChatTestServer("slack", bot_token)
 
 
-@contextmanager
-def teams_server() -> Iterator[ChatTestServer]:
-    server = ChatTestServer("teams")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def teams_server() -> ChatTestServer:
+    return ChatTestServer("teams")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1034,59 +879,25 @@ def teams_server() -> Iterator[ChatTestServer]:
 # ---------------------------------------------------------------------------------------------
 
 
-class JwksTestServer:
+class JwksTestServer(StubService):
     """Serves `keys` as a JWK Set and counts the fetches; a test rotates by replacing `keys`."""
 
     def __init__(self) -> None:
         self.keys: list[dict[str, Any]] = []
         self.fetches = 0
-        self._httpd = _JwksHTTPServer(("127.0.0.1", 0), _JwksHandler)
-        self._httpd.owner = self
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/.well-known/jwks.json"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        super().__init__(_JwksHandler)
+        self.url = f"{self.base_url}/.well-known/jwks.json"
 
 
-class _JwksHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    owner: JwksTestServer
-
-
-class _JwksHandler(BaseHTTPRequestHandler):
-    server: _JwksHTTPServer
-
+class _JwksHandler(StubHandler):
     def do_GET(self) -> None:
-        owner = self.server.owner
+        owner: JwksTestServer = self.server.owner
         owner.fetches += 1
-        payload = json.dumps({"keys": owner.keys}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read `fetches`, not stderr."""
+        self.answer(200, json_payload({"keys": owner.keys}))
 
 
-@contextmanager
-def jwks_server() -> Iterator[JwksTestServer]:
-    server = JwksTestServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def jwks_server() -> JwksTestServer:
+    return JwksTestServer()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1156,7 +967,7 @@ class WebPushReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class WebPushTestServer:
+class WebPushTestServer(StubService):
     """A local push service. Each POST to /push/<id> must carry `Authorization: vapid t=…,k=…`
     whose JWT verifies (ES256) under `k`, names this server's origin as `aud`, has a `sub`
     (mailto: or https:) and expires within 24 hours; its body must decrypt (aes128gcm) under the
@@ -1171,12 +982,8 @@ class WebPushTestServer:
         self.replies: deque[WebPushReply] = deque()
         # Subscriptions the browser dropped: answered 410 Gone, as a push service does.
         self.gone: set[str] = set()
-        self._httpd = _WebPushHTTPServer(("127.0.0.1", 0), _WebPushHandler)
-        self._httpd.owner = self
-        self.origin = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(_WebPushHandler)
+        self.origin = self.base_url
 
     def subscribe(self) -> WebPushSubscription:
         name = uuid.uuid4().hex
@@ -1186,14 +993,6 @@ class WebPushTestServer:
 
     def reply_with(self, *replies: WebPushReply) -> None:
         self.replies.extend(replies)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
 
     def check(self, path: str, headers: dict[str, str], body: bytes) -> WebPushReceived | str:
         """The accepted push, or why it is refused."""
@@ -1244,21 +1043,10 @@ class WebPushTestServer:
         return WebPushReceived(path, headers, plaintext, claims, parts["k"])
 
 
-class _WebPushHTTPServer(ThreadingHTTPServer):
-    daemon_threads = False
-    request_queue_size = 128
-    owner: WebPushTestServer
-
-
-class _WebPushHandler(BaseHTTPRequestHandler):
-    server: _WebPushHTTPServer
-
+class _WebPushHandler(StubHandler):
     def do_POST(self) -> None:
-        owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        checked = owner.check(self.path, headers, body)
+        owner: WebPushTestServer = self.server.owner
+        checked = owner.check(self.path, self.lower_headers(), self.read_body())
         if isinstance(checked, str):
             owner.refused.append(checked)
             self._answer(WebPushReply(401 if checked.startswith("vapid") else 400))
@@ -1272,27 +1060,11 @@ class _WebPushHandler(BaseHTTPRequestHandler):
         self._answer(reply)
 
     def _answer(self, reply: WebPushReply) -> None:
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Length", "0")
-            if reply.status == 201:
-                self.send_header("Location", f"{self.server.owner.origin}/message/1")
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    @override
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read the recorded requests, not stderr."""
+        headers = dict(reply.headers)
+        if reply.status == 201:
+            headers.setdefault("Location", f"{self.server.owner.origin}/message/1")
+        self.answer(reply.status, b"", headers, content_type=None)
 
 
-@contextmanager
-def webpush_server() -> Iterator[WebPushTestServer]:
-    server = WebPushTestServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def webpush_server() -> WebPushTestServer:
+    return WebPushTestServer()
