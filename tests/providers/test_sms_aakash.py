@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from herald.channels.aakash import AakashSmsProvider, credit_url
-from herald.channels.base import Message, ProviderOutcome
-from herald.channels.sms import SMS_ERROR_CODES, segments, truncate_to_segments
+from herald.channels.base import ProviderOutcome
+from herald.channels.sms import segments, truncate_to_segments
 from herald.config import Settings
 from herald.errors import SmsBalanceUnavailable
 from tests.providers.servers import (
@@ -24,11 +24,9 @@ from tests.providers.servers import (
     aakash_invalid_number,
     aakash_server,
 )
+from tests.providers.sms_common import OTP, OTP_BODY, assert_no_trace, sms
 
-TO = "+9779812345678"
 NATIONAL = "9812345678"
-OTP = "493817"
-OTP_BODY = f"Your Herald code is {OTP}. It expires in 10 minutes."
 
 
 def aakash_settings(url: str, **overrides: Any) -> Settings:
@@ -52,22 +50,6 @@ async def provider(aakash: Any) -> AsyncIterator[AakashSmsProvider]:
     instance = AakashSmsProvider(aakash_settings(aakash.url))
     yield instance
     await instance.aclose()
-
-
-def sms(body: str = OTP_BODY, to: str = TO) -> Message:
-    return Message(channel="sms", to=to, body=body)
-
-
-def assert_no_trace(
-    outcome: ProviderOutcome, caplog: pytest.LogCaptureFixture, *secrets: str
-) -> None:
-    """Neither the outcome's code/detail/status nor any log line carries any of `secrets`."""
-    assert outcome.error_code is None or outcome.error_code in SMS_ERROR_CODES
-    for secret in secrets:
-        for value in (outcome.error_code, outcome.detail, outcome.provider_status):
-            assert secret not in (value or "")
-        assert secret not in repr(outcome)
-        assert secret not in caplog.text
 
 
 # --- sent ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from herald.channels.base import Message, ProviderOutcome
+from herald.channels.base import ProviderOutcome
 from herald.channels.sms import SMS_ERROR_CODES, segments, truncate_to_segments
 from herald.channels.twilio import TWILIO_ERROR_TABLE, TwilioSmsProvider
 from herald.config import Settings
@@ -23,10 +23,7 @@ from tests.providers.servers import (
     twilio_error,
     twilio_server,
 )
-
-TO = "+9779812345678"
-OTP = "493817"
-OTP_BODY = f"Your Herald code is {OTP}. It expires in 10 minutes."
+from tests.providers.sms_common import OTP, OTP_BODY, TO, assert_no_trace, sms
 
 
 def twilio_settings(url: str, **overrides: Any) -> Settings:
@@ -52,22 +49,6 @@ async def provider(twilio: Any) -> AsyncIterator[TwilioSmsProvider]:
     instance = TwilioSmsProvider(twilio_settings(twilio.url))
     yield instance
     await instance.aclose()
-
-
-def sms(body: str = OTP_BODY, to: str = TO) -> Message:
-    return Message(channel="sms", to=to, body=body)
-
-
-def assert_no_trace(
-    outcome: ProviderOutcome, caplog: pytest.LogCaptureFixture, *secrets: str
-) -> None:
-    """Neither the outcome's code/detail/status nor any log line carries any of `secrets`."""
-    assert outcome.error_code is None or outcome.error_code in SMS_ERROR_CODES
-    for secret in secrets:
-        for value in (outcome.error_code, outcome.detail, outcome.provider_status):
-            assert secret not in (value or "")
-        assert secret not in repr(outcome)
-        assert secret not in caplog.text
 
 
 # --- sent ------------------------------------------------------------------------------------
