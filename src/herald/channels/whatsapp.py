@@ -148,7 +148,7 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
         return ProviderOutcome.failure(
             "WHATSAPP_REENGAGEMENT",
             retryable=False,
-            detail=f"{detail}: re-engagement required, no message in 24 hours",
+            detail=f"{detail}: re-engagement required - 24 hours since the person wrote",
             status=status_text,
         )
     if status == 401 or code in AUTH_CODES:
