@@ -1149,7 +1149,7 @@ def _whatsapp_check(owner: WhatsAppTestServer, request: ChatRequest) -> ChatRepl
     for component in template.get("components") or []:
         if isinstance(component, dict) and component.get("type") == "body":
             parameters.extend(component.get("parameters") or [])
-    if len(parameters) != owner.templates[key]:  # type: ignore[index]
+    if len(parameters) != owner.templates[key]:
         return whatsapp_error(132000, message="Number of parameters does not match")
     for parameter in parameters:
         if (
