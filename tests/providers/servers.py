@@ -1098,7 +1098,8 @@ class WhatsAppTestServer:
     def next_id(self) -> str:
         with self._lock:
             self._seq += 1
-            return f"wamid.HBgLOTc3OTgxMjM0NTY3OBUCABEYEj{self._seq:08d}"
+            # Unique across servers too: receipts find their delivery across every tenant.
+            return f"wamid.HBgLOTc3OTgxMjM0NTY3OBUCABEYEj{uuid.uuid4().hex}{self._seq:04d}"
 
     def sent(self) -> list[dict[str, Any]]:
         """The message bodies the server accepted or refused, in order."""
