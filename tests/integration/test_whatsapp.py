@@ -451,6 +451,41 @@ async def test_an_override_keeps_the_approved_parameters_and_is_what_is_stored(
     assert row["template_version"] == 2
 
 
+async def test_the_trace_names_whatsapp_and_why_a_person_was_skipped(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    auth: Headers,
+    settings: Settings,
+    vault: Vault,  # noqa: F811
+    graph: WhatsAppTestServer,
+) -> None:
+    from tests.integration.test_admin_history import HISTORY_READ, operator_headers
+
+    await _guardians(client, auth)
+    event_id = await send_event(
+        engine,
+        tenant,
+        kind="fee.reminder",
+        audience={"kind": "users", "userIds": ["asha", "chet"]},
+        channels=["whatsapp"],
+        variables=FEE,
+    )
+    await run_to_completion(engine, tenant)
+    await _deliver(engine, settings, graph, vault, tenant)
+    headers = await operator_headers(engine, settings, tenant, [HISTORY_READ])
+    traces = {}
+    for who in ("asha", "chet"):
+        answer = await client.get(f"/v1/admin/events/{event_id}/recipients/{who}", headers=headers)
+        assert answer.status_code == 200, answer.text
+        [row] = [d for d in answer.json()["deliveries"] if d["channel"] == "whatsapp"]
+        traces[who] = row
+    assert traces["asha"]["status"] == "sent"
+    assert "WhatsApp" in traces["asha"]["reason"]
+    assert traces["chet"]["status"] == "skipped_no_destination"
+    assert traces["chet"]["reason"].startswith("No usable phone number on file")
+
+
 async def test_erasure_leaves_the_number_in_no_table(
     client: AsyncClient,
     engine: AsyncEngine,
