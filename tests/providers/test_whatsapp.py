@@ -342,3 +342,21 @@ async def test_the_token_and_the_number_stay_out_of_logs_and_outcomes(
     assert WHATSAPP_TOKEN not in text
     assert "9812345678" not in text
     assert "Aarav" not in text  # a parameter value is the message's words
+
+
+async def test_herald_devs_outbox_names_the_template_it_would_send() -> None:
+    """`herald dev` mocks WhatsApp: the outbox shows the approved template's name and language
+    beside the text the kind words it with."""
+    from herald.channels.mock import MockProvider
+    from herald.demo.web import read_outbox
+
+    settings = Settings(whatsapp_provider="mock")
+    providers = build_providers(settings)
+    mock = providers["whatsapp"]
+    assert isinstance(mock, MockProvider)
+    await mock.send(_message())
+    outbox = read_outbox(settings, providers)
+    [channel] = [c for c in outbox.channels if c.channel == "whatsapp"]
+    [shown] = channel.messages
+    assert (shown.to, shown.title) == (NUMBER, "template fee_reminder (en)")
+    assert shown.body.startswith("A fee of NPR 12,500")
