@@ -125,3 +125,11 @@ def test_the_sample_kinds_map_approved_templates() -> None:
     absence = SAMPLE_REGISTRY.get("attendance.absence_alert")
     assert absence is not None and absence.whatsapp is not None
     assert absence.whatsapp.parameters == ("studentName", "date")
+
+
+def test_whatsapp_is_never_digested() -> None:
+    """A digest is Herald's own wording; WhatsApp sends only the kind's approved template."""
+    from herald.kinds.registry import Digest
+
+    with pytest.raises(RegistryError, match="cannot digest whatsapp"):
+        Registry([_kind(digest=Digest(window_seconds=3600, channels=("whatsapp",)))])

@@ -235,6 +235,9 @@ def _validate_digest(kind: Kind, where: str) -> None:
     for channel in digest.channels:
         if channel == "in_app" or channel not in kind.channels:
             raise RegistryError(f"{where}: cannot digest channel {channel!r}")
+        if channel == "whatsapp":
+            # A digest is Herald's own wording, and WhatsApp sends only approved templates.
+            raise RegistryError(f"{where}: cannot digest whatsapp (approved templates only)")
     if kind.secret_variables or kind.unsuppressible:
         raise RegistryError(f"{where}: a kind carrying secrets or security notices is never held")
 
