@@ -428,6 +428,18 @@ async def test_an_override_keeps_the_approved_parameters_and_is_what_is_stored(
     assert error_code(titled) == "NOTIFICATION_TEMPLATE_TITLE_NOT_ALLOWED"
     listed = await client.get(base, params={"kind": "fee.reminder"}, headers=admin)
     assert listed.status_code == 200 and listed.json()["items"] == []
+    # The kinds list says which parameters an override must keep, in the template's order.
+    kinds = await client.get(f"{base}/kinds", params={"limit": 100}, headers=admin)
+    assert kinds.status_code == 200, kinds.text
+    [fee] = [k for k in kinds.json()["items"] if k["kind"] == "fee.reminder"]
+    channels = {c["channel"]: c for c in fee["channels"]}
+    assert channels["whatsapp"]["whatsappTemplate"] == {
+        "name": "fee_reminder",
+        "language": "en",
+        "languages": {"ne": "ne"},
+        "parameters": ["amount", "studentName", "dueDate"],
+    }
+    assert channels["email"]["whatsappTemplate"] is None
 
     good = "Reminder: {{studentName}} owes {{amount}} by {{dueDate}}."
     preview = await client.post(f"{base}/preview", json={**wording, "body": good}, headers=admin)
