@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from httpx import AsyncClient
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.channels.whatsapp import WhatsAppProvider
@@ -340,6 +340,38 @@ async def test_undeliverable_at_send_time_is_dead_and_marks_the_number(
     assert row["last_error"].startswith("WHATSAPP_UNREACHABLE")
     assert "9812345678" not in row["last_error"]
     assert [c for c, _ in await _undeliverable_marks(engine, tenant)] == ["whatsapp"]
+
+
+async def test_retention_ages_the_whatsapp_mark_out_and_the_number_is_tried_again(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    auth: Headers,
+    settings: Settings,
+    vault: Vault,  # noqa: F811
+    graph: WhatsAppTestServer,
+) -> None:
+    from herald.maintenance import retention
+
+    await _guardians(client, auth)
+    graph.reply_with(whatsapp_error(131026))
+    await _send_fee(engine, tenant, ["asha"])
+    await _deliver(engine, settings, graph, vault, tenant)
+    assert [c for c, _ in await _undeliverable_marks(engine, tenant)] == ["whatsapp"]
+    async with engine.begin() as conn:
+        await conn.execute(
+            s.undeliverable_address.update()
+            .where(s.undeliverable_address.c.tenant_id == tenant)
+            .values(created_at=func.now() - text("interval '181 days'"))
+        )
+    aged = settings.model_copy(update={"retention_days": 180})
+    report = await retention.prune_undeliverable_addresses(engine, aged, max_batches=None)
+    assert report.undeliverable_addresses >= 1
+    assert await _undeliverable_marks(engine, tenant) == []
+
+    await _send_fee(engine, tenant, ["asha"], dueDate="2027-02-01")
+    await _deliver(engine, settings, graph, vault, tenant)
+    assert (await delivery_rows(engine, tenant))[-1]["status"] == "sent"
 
 
 async def test_rate_limits_are_retried_and_re_engagement_is_permanent(
