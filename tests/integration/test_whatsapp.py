@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -193,6 +194,36 @@ async def test_a_template_message_arrives_with_its_parameters_and_a_signed_recei
     delivered = _sent(rows, "5678")
     assert delivered["status"] == "delivered" and delivered["delivered_at"] is not None
     assert _sent(rows, "0111")["status"] == "sent"
+
+
+async def test_one_callback_moves_deliveries_of_several_tenants(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    auth: Headers,
+    settings: Settings,
+    vault: Vault,  # noqa: F811
+    graph: WhatsAppTestServer,
+) -> None:
+    """One business number serves every tenant, and Meta batches statuses: each status finds its
+    own delivery's tenant, whichever tenant the one before it was."""
+    other = f"t-{uuid.uuid4().hex[:12]}"
+    await _guardians(client, auth)
+    await _guardians(client, await api_key(engine, other, ["directory:write"]))
+    for each in (tenant, other):
+        await _send_fee(engine, each, ["asha"])
+        await _deliver(engine, settings, graph, vault, each)
+    [mine] = await delivery_rows(engine, tenant)
+    [theirs] = await delivery_rows(engine, other)
+    body = whatsapp_status_webhook(
+        mine["provider_message_id"],
+        "delivered",
+        more=[{"id": theirs["provider_message_id"], "status": "read", "timestamp": "1"}],
+    )
+    answer = await _post_receipt(client, body, whatsapp_signature(body))
+    assert answer.json() == {"results": ["delivered", "delivered"]}, answer.text
+    for each in (tenant, other):
+        assert [r["status"] for r in await delivery_rows(engine, each)] == ["delivered"]
 
 
 @pytest.mark.parametrize(

@@ -55,8 +55,11 @@ async def whatsapp_webhook(request: Request) -> ReceiptResults:
         state(request).settings, await request.body(), request.headers.get("x-hub-signature-256")
     )
     results: list[str] = []
-    async with all_tenants_transaction(request) as conn:
-        for receipt in receipts:
+    # One transaction each: applying a receipt enters its delivery's tenant, and the next status
+    # may be another tenant's (one business number serves every tenant). A 409 for one still
+    # processing leaves those before it applied; Meta's retry finds them final and moves nothing.
+    for receipt in receipts:
+        async with all_tenants_transaction(request) as conn:
             results.append((await service.apply(conn, receipt)).result)
     return ReceiptResults.model_validate({"results": results})
 
