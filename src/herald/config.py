@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     """The kind registry, as package.module:attribute. Unset: the sample school registry."""
     required_channels: str = ""
     """Channels a deployment must have configured, comma-separated, from
-    in_app,email,sms,push,telegram,slack,teams. Default: none.
+    in_app,email,sms,push,telegram,slack,teams,whatsapp. Default: none.
     """
 
     lease_seconds: int = Field(default=60, ge=5, le=3600)
@@ -338,6 +338,30 @@ class Settings(BaseSettings):
     teams_provider: Literal["teams", "mock"] | None = None
     """Microsoft Teams: teams | mock. Messages are Adaptive Cards posted to each person's incoming
     or Workflows webhook URL; there is no deployment-wide credential.
+    """
+
+    # WhatsApp Business Cloud API (issue 46): approved template messages to each person's phone.
+    whatsapp_provider: Literal["whatsapp", "mock"] | None = None
+    """WhatsApp: whatsapp | mock. Configured when the token and phone number id are set."""
+    whatsapp_token: str | None = None
+    """WhatsApp: the Cloud API access token (a system user's, with whatsapp_business_messaging),
+    sent as a bearer token. A secret: never logged or shown.
+    """
+    whatsapp_phone_number_id: str | None = None
+    """WhatsApp: the business phone number id messages are sent from (digits, from the app's
+    WhatsApp setup page).
+    """
+    whatsapp_app_secret: str | None = None
+    """WhatsApp: the Meta app's secret, which signs delivery receipts (X-Hub-Signature-256) posted
+    to /v1/providers/whatsapp/webhook. Unset: the webhook answers 404. A secret.
+    """
+    whatsapp_verify_token: str | None = None
+    """WhatsApp: the verify token typed into the app's webhook settings; Meta's subscription
+    handshake (GET /v1/providers/whatsapp/webhook) must present it. A secret.
+    """
+    whatsapp_api_url: str = "https://graph.facebook.com/v21.0"
+    """WhatsApp: the Graph API base URL with its version; messages are posted to
+    {url}/{phone_number_id}/messages.
     """
 
     # Rate limits (R-SEC-14), in the `limits` notation ("100/second", "6000/minute") or "off";

@@ -401,9 +401,15 @@ class TemplateTitleRequired(ValidationFailed):
 
 
 class TemplateTitleNotAllowed(ValidationFailed):
-    """SMS and Telegram templates have a body only."""
+    """SMS, Telegram and WhatsApp templates have a body only."""
 
     code = "NOTIFICATION_TEMPLATE_TITLE_NOT_ALLOWED"
+
+
+class TemplateWhatsAppParameters(ValidationFailed):
+    """A WhatsApp template's wording uses exactly the approved template's parameters, one each."""
+
+    code = "NOTIFICATION_TEMPLATE_WHATSAPP_PARAMETERS"
 
 
 class FeedNotificationNotFound(NotFound):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-Channel = Literal["in_app", "email", "sms", "push", "telegram", "slack", "teams"]
+Channel = Literal["in_app", "email", "sms", "push", "telegram", "slack", "teams", "whatsapp"]
 CHANNELS: Final[tuple[str, ...]] = get_args(Channel)
 REMOTE_CHANNELS: Final[tuple[str, ...]] = tuple(c for c in CHANNELS if c != "in_app")
 
@@ -189,7 +189,7 @@ WebhookMessageStatus = Literal["queued", "processing", "sent", "dead"]
 WEBHOOK_MESSAGE_STATUSES: Final[tuple[str, ...]] = get_args(WebhookMessageStatus)
 
 # Channels whose addresses a hard bounce marks undeliverable (undeliverable_address).
-UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms")
+UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms", "whatsapp")
 # Providers whose receipts, arriving before Herald has recorded the send, are kept until it is
 # (pending_receipt), and their channels. Twilio posts a status callback once, for the messages
 # Herald sent with a StatusCallback; Resend's webhook is retried by Svix and carries the events

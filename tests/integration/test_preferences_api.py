@@ -166,6 +166,7 @@ async def test_a_person_who_never_saved_reads_version_0_and_the_code_defaults(
         "telegram": True,
         "slack": True,
         "teams": True,
+        "whatsapp": True,
     }
     assert grid["transport"]["email"] is False
     assert grid["account"] == {
@@ -177,6 +178,8 @@ async def test_a_person_who_never_saved_reads_version_0_and_the_code_defaults(
         # Personal: a Slack or Teams destination may be a channel others read.
         "slack": False,
         "teams": False,
+        # WhatsApp follows Telegram.
+        "whatsapp": False,
     }
     assert all(grid[c]["sms"] is False for c in CATEGORIES if c != "security")
     assert await stored(engine, who.id) == (None, {}, {})

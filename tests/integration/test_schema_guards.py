@@ -97,7 +97,7 @@ async def refused(engine: AsyncEngine, statement: Any) -> str:
 async def test_vocabularies_name_what_the_requirements_name() -> None:
     """R-SCHEMA-5 (extended by decision 2), R-SCHEMA-6, R-SCHEMA-7, R-SCHEMA-8, R-SCHEMA-9: the lists
     hold the values the seed names, and no `created` status."""
-    # Slack and Teams: issue 46's staff channels.
+    # Slack and Teams: issue 46's staff channels; WhatsApp, its guardians' channel.
     assert set(vocabulary.CHANNELS) == {
         "email",
         "sms",
@@ -106,6 +106,7 @@ async def test_vocabularies_name_what_the_requirements_name() -> None:
         "telegram",
         "slack",
         "teams",
+        "whatsapp",
     }
     assert {"queued", "delivered", "skipped_no_template"} <= set(vocabulary.DELIVERY_STATUSES)
     assert "created" not in vocabulary.DELIVERY_STATUSES

@@ -381,3 +381,195 @@ async def test_no_chat_provider_secret_is_left_in_a_table_a_log_or_a_response(
     for value in (token, webhook_secret):
         assert [line for line in log_lines if value in line] == [], value
         assert [body for body in responses.bodies if value in body] == [], value
+
+
+async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
+    settings: Settings,
+    engine: AsyncEngine,
+    registry: Registry,
+    tenant: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 46, bad input: WhatsApp's access token, app secret and verify token never appear in
+    a response, a log line, an error or a dead letter. Fee reminders are sent, refused
+    retryably until dead (a token refused with Meta's echo of it, a 5xx echoing it), dead-lettered
+    and replayed, refused outright (131026 quoting it); receipts are posted signed and forged,
+    and the subscription handshake answered right and wrong, with every logger at DEBUG. None of
+    the three is in any table."""
+    from herald.channels.whatsapp import WhatsAppProvider
+    from tests.integration.test_delivery import deliver as deliver_batch_of
+    from tests.providers.servers import (
+        WHATSAPP_PHONE_NUMBER_ID,
+        ChatReply,
+        whatsapp_error,
+        whatsapp_server,
+        whatsapp_signature,
+        whatsapp_status_webhook,
+    )
+
+    caplog.set_level(logging.DEBUG)
+    token = f"EAA{uuid.uuid4().hex}{uuid.uuid4().hex}"
+    app_secret = secret("wa-app-secret")
+    verify_token = secret("wa-verify")
+    with whatsapp_server(token) as graph:
+        graph.approve("fee_reminder", "en", 3)
+        configured = settings.model_copy(
+            update={
+                "data_dir": tmp_path,
+                "max_attempts": 2,
+                "whatsapp_provider": "whatsapp",
+                "whatsapp_token": token,
+                "whatsapp_phone_number_id": WHATSAPP_PHONE_NUMBER_ID,
+                "whatsapp_api_url": graph.api_url,
+                "whatsapp_app_secret": app_secret,
+                "whatsapp_verify_token": verify_token,
+            }
+        )
+        vault = TableVault(engine, Fernet.generate_key())
+        app = create_app(configured, engine, registry, vault=vault)
+        responses = Responses()
+        async with engine.begin() as conn:
+            key = await create_api_key(
+                conn,
+                tenant_id=tenant,
+                scopes=["directory:write", "events:write", "events:read", "admin"],
+            )
+        headers = {"Authorization": f"Bearer {key}"}
+        provider = WhatsAppProvider(configured)
+
+        async def deliver() -> None:
+            await deliver_batch_of(engine, provider, vault, configured, tenant)()
+
+        async def retry_now() -> None:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "UPDATE notification_delivery SET next_attempt_at = now() "
+                        "WHERE tenant_id = :t AND status = 'failed'"
+                    ),
+                    {"t": tenant},
+                )
+                await delivery_service.requeue_due_failures(conn, limit=100)
+
+        try:
+            async with AsyncClient(
+                transport=ASGITransport(app=app),
+                base_url="http://herald.test",
+                event_hooks={"response": [responses]},
+            ) as http:
+                person = {"fullName": "Asha", "phone": "+9779812345678"}
+                put = await http.put("/v1/people/asha", json=person, headers=headers)
+                assert put.status_code == 201, put.text
+
+                async def reminder(due: str) -> str:
+                    event = await http.post(
+                        "/v1/events",
+                        json={
+                            "kind": "fee.reminder",
+                            "audience": {"kind": "users", "userIds": ["asha"]},
+                            "channels": ["whatsapp"],
+                            "variables": {
+                                "studentName": "Aarav",
+                                "amount": "NPR 1",
+                                "dueDate": due,
+                            },
+                        },
+                        headers=headers,
+                    )
+                    assert event.status_code == 201, event.text
+                    await run_to_completion(engine, tenant)
+                    event_id: str = event.json()["id"]
+                    return event_id
+
+                event_ids = [await reminder("2026-12-01")]
+                await deliver()
+                # Retryable until dead: Meta's 190 quoting the token, a 5xx echoing it.
+                graph.reply_with(
+                    whatsapp_error(190, status=401, message=f"Invalid OAuth token {token}"),
+                    ChatReply(status=500, body=f"upstream {token} {app_secret}".encode()),
+                )
+                event_ids.append(await reminder("2026-12-02"))
+                await deliver()
+                await retry_now()
+                await deliver()
+                letters = await http.get("/v1/admin/dead-letters", headers=headers)
+                assert letters.status_code == 200, letters.text
+                assert len(letters.json()["items"]) == 1
+                for letter in letters.json()["items"]:
+                    replayed = await http.post(
+                        f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers
+                    )
+                    assert replayed.status_code == 201, replayed.text
+                await deliver()
+                # Refused outright, Meta's message quoting the token.
+                graph.reply_with(whatsapp_error(131026, message=f"{token} undeliverable"))
+                event_ids.append(await reminder("2026-12-03"))
+                await deliver()
+
+                # Receipts: signed, then forged (signed with a guess); the handshake right, wrong.
+                async with engine.connect() as conn:
+                    ids = list(
+                        (
+                            await conn.execute(
+                                text(
+                                    "SELECT provider_message_id FROM notification_delivery "
+                                    "WHERE tenant_id = :t AND provider_message_id IS NOT NULL"
+                                ),
+                                {"t": tenant},
+                            )
+                        ).scalars()
+                    )
+                assert len(ids) == 2
+                body = whatsapp_status_webhook(ids[0], "delivered")
+                for signature in (whatsapp_signature(body, app_secret), whatsapp_signature(body)):
+                    await http.post(
+                        "/v1/providers/whatsapp/webhook",
+                        content=body,
+                        headers={"x-hub-signature-256": signature},
+                    )
+                for guess in (verify_token, "guess"):
+                    await http.get(
+                        "/v1/providers/whatsapp/webhook",
+                        params={
+                            "hub.mode": "subscribe",
+                            "hub.verify_token": guess,
+                            "hub.challenge": "42",
+                        },
+                    )
+                for event_id in event_ids:
+                    for path in (
+                        f"/v1/events/{event_id}",
+                        f"/v1/admin/events/{event_id}",
+                        f"/v1/admin/events/{event_id}/deliveries",
+                    ):
+                        answer = await http.get(path, headers=headers)
+                        assert answer.status_code == 200, (path, answer.text)
+                assert (await http.get("/v1/admin/dead-letters", headers=headers)).is_success
+        finally:
+            await provider.aclose()
+
+    statuses = await delivery_statuses(engine, tenant)
+    # The first delivered by its receipt; the dead-lettered one (its replay is sent) and the
+    # undeliverable one dead.
+    assert sorted(statuses) == ["dead", "dead", "delivered"], statuses
+    # The scan works: the server got the token, and the responses include the webhook's.
+    assert all(r.headers["authorization"] == f"Bearer {token}" for r in graph.requests)
+    assert any("PROVIDER_SIGNATURE_INVALID" in b for b in responses.bodies)
+    assert any("PROVIDER_VERIFY_TOKEN_INVALID" in b for b in responses.bodies)
+    assert len(responses.bodies) > 10
+
+    # Meta's handshake carries the verify token in its query string by design: the one line
+    # left out is the test's own client logging the URL it called (httpx, to http://herald.test);
+    # Herald writes no access log (uvicorn's is off) and its providers' httpx lines are kept.
+    log_lines = [
+        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
+        for r in caplog.records
+        if not (r.name == "httpx" and "http://herald.test/" in r.getMessage())
+    ]
+    assert any("whatsapp send failed" in line for line in log_lines)
+    assert any(line.startswith("httpx HTTP Request: POST http://127.0.0.1") for line in log_lines)
+    for value in (token, app_secret, verify_token):
+        assert await tables_containing(engine, value) == [], value
+        assert [line for line in log_lines if value in line] == [], value
+        assert [body for body in responses.bodies if value in body] == [], value

@@ -771,6 +771,89 @@ def test_staff_channels_migration_on_a_populated_database(empty_database: str) -
         assert conn.execute(ROWS).fetchone()[1:] == kept[1:]
 
 
+POPULATE_0031 = """
+WITH p AS (
+    SELECT id, public_id, tenant_id FROM person WHERE external_id = 'ana'
+), e AS (
+    INSERT INTO notification_event
+        (tenant_id, kind, category, priority, audience, channels, dedupe_key)
+    VALUES ('t', 'fee.reminder', 'finance', 'normal', '{"kind": "all_users"}',
+            ARRAY['email', 'whatsapp'], md5('wa-1') || md5('1')),
+           ('t', 'fee.reminder', 'finance', 'normal', '{"kind": "all_users"}',
+            ARRAY['whatsapp'], md5('wa-2') || md5('2'))
+    RETURNING id, occurred_at
+), r AS (
+    INSERT INTO notification_recipient
+        (tenant_id, event_id, user_id, user_public_id_snapshot, occurred_at)
+    SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, p
+    RETURNING id, event_id, occurred_at
+), d AS (
+    INSERT INTO notification_delivery (tenant_id, event_id, recipient_id, channel, occurred_at)
+    SELECT 't', r.event_id, r.id, 'whatsapp', r.occurred_at FROM r
+    RETURNING id, occurred_at
+), a AS (
+    INSERT INTO notification_delivery_attempt
+        (tenant_id, delivery_id, outcome, attempt_number, occurred_at)
+    SELECT 't', d.id, 'failed', 1, d.occurred_at FROM d
+), u AS (
+    INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason)
+    VALUES ('t', 'whatsapp', repeat('a', 64), 'WHATSAPP_UNREACHABLE')
+)
+INSERT INTO notification_channel_preference (tenant_id, person_id, channel, enabled)
+SELECT 't', p.id, 'whatsapp', false FROM p
+"""
+
+WHATSAPP_ROWS = """
+SELECT (SELECT count(*) FROM notification_delivery WHERE channel = 'whatsapp'),
+       (SELECT count(*) FROM notification_channel_preference WHERE channel = 'whatsapp'),
+       (SELECT count(*) FROM undeliverable_address WHERE channel = 'whatsapp'),
+       (SELECT array_agg(array_to_string(channels, ',') ORDER BY array_to_string(channels, ','))
+          FROM notification_event WHERE kind = 'fee.reminder'),
+       (SELECT count(*) FROM notification_delivery)
+"""
+
+
+def test_whatsapp_migration_on_a_populated_database(empty_database: str) -> None:
+    """0031 on a database holding deliveries: every channel check takes whatsapp (an event, a
+    delivery, its attempt, a preference and an undeliverable mark on it go in), the rows already
+    there are untouched; down removes what only WhatsApp held (an event keeps its other
+    channels, or the inbox) and gives back 0030's catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)
+    migrate.upgrade(empty_database, "0030")
+    before = catalog(empty_database)
+    with psycopg.connect(url) as conn:
+        kept = conn.execute(ROWS).fetchone()
+        # Before 0031 the checks refuse the channel.
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(POPULATE_0031)
+
+    migrate.upgrade(empty_database, "0031")
+    with psycopg.connect(url) as conn:
+        assert conn.execute(ROWS).fetchone() == kept
+        conn.execute(POPULATE_0031)
+        assert conn.execute(WHATSAPP_ROWS).fetchone() == (
+            2,
+            1,
+            1,
+            ["email,whatsapp", "whatsapp"],
+            12 + 2,
+        )
+    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason) "
+            "VALUES ('t', 'slack', repeat('b', 64), 'x')"
+        )
+
+    migrate.downgrade(empty_database, "0030")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn:
+        assert conn.execute(WHATSAPP_ROWS).fetchone() == (0, 0, 0, ["email", "in_app"], 12)
+        assert conn.execute(ROWS).fetchone()[1:] == kept[1:]
+
+
 QUEUE_STATE = """
 SELECT d.id, d.status, q.delivery_id IS NOT NULL, q.claimed_at, q.lease_expires_at,
        q.next_attempt_at = d.next_attempt_at, q.channel = d.channel AND q.tenant_id = d.tenant_id

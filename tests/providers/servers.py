@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import json
 import socket
 import threading
@@ -872,6 +874,248 @@ def slack_server(bot_token: str) -> ChatTestServer:
 
 def teams_server() -> ChatTestServer:
     return ChatTestServer("teams")
+
+
+# ---------------------------------------------------------------------------------------------
+# WhatsApp Business Cloud API: the Graph API's messages edge, and Meta's signed webhook
+# ---------------------------------------------------------------------------------------------
+
+WHATSAPP_TOKEN = "EAAwhatsapp-test-token-0123456789abcdef"
+WHATSAPP_PHONE_NUMBER_ID = "106540352242922"
+WHATSAPP_APP_SECRET = "whatsapp-app-secret-0123456789abcdef"
+WHATSAPP_VERIFY_TOKEN = "whatsapp-verify-token-fedcba9876543210"
+WHATSAPP_VERSION = "v21.0"
+
+
+def whatsapp_error(
+    code: int, *, status: int = 400, message: str = "", retry_after: int | None = None
+) -> ChatReply:
+    """The Graph API's error answer: `{"error": {"message", "type", "code", "error_data",
+    "fbtrace_id"}}`. The message may quote the number or a parameter, as Meta's do."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    body = {
+        "error": {
+            "message": message or f"(#{code}) refused",
+            "type": "OAuthException",
+            "code": code,
+            "error_data": {"messaging_product": "whatsapp", "details": message or "refused"},
+            "fbtrace_id": "AbCdEf0123",
+        }
+    }
+    return ChatReply(status=status, body=body, headers=headers)
+
+
+class WhatsAppTestServer:
+    """A local stand-in for graph.facebook.com's `/{version}/{phone_number_id}/messages`.
+
+    It checks what Meta checks: the bearer token (none → 401 code 2500, another → 401 code 190),
+    the phone number id in the path (another → 400 code 100), the body's shape (JSON,
+    messaging_product whatsapp, type template, digits for `to`) and the template: `templates`
+    holds the approved (name, language) → body parameter count; an unknown one is 132001, a
+    different count 132000, a parameter that is not text 132012. Scripted replies (`reply_with`)
+    answer in order once those checks pass. `api_url` is HERALD_WHATSAPP_API_URL."""
+
+    def __init__(self, token: str = WHATSAPP_TOKEN) -> None:
+        self.token = token
+        self.phone_number_id = WHATSAPP_PHONE_NUMBER_ID
+        self.templates: dict[tuple[str, str], int] = {}
+        self.requests: list[ChatRequest] = []
+        self.replies: deque[ChatReply] = deque()
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._httpd = _WhatsAppHTTPServer(("127.0.0.1", 0), _WhatsAppHandler)
+        self._httpd.owner = self
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.base_url}/{WHATSAPP_VERSION}"
+
+    def approve(self, name: str, language: str, parameters: int) -> None:
+        self.templates[(name, language)] = parameters
+
+    def reply_with(self, *replies: ChatReply) -> None:
+        self.replies.extend(replies)
+
+    def next_id(self) -> str:
+        with self._lock:
+            self._seq += 1
+            # Unique across servers too: receipts find their delivery across every tenant.
+            return f"wamid.HBgLOTc3OTgxMjM0NTY3OBUCABEYEj{uuid.uuid4().hex}{self._seq:04d}"
+
+    def sent(self) -> list[dict[str, Any]]:
+        """The message bodies the server accepted or refused, in order."""
+        return [r.json() for r in self.requests]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class _WhatsAppHTTPServer(ThreadingHTTPServer):
+    daemon_threads = False
+    request_queue_size = 128
+    owner: WhatsAppTestServer
+
+
+def _whatsapp_check(owner: WhatsAppTestServer, request: ChatRequest) -> ChatReply | None:
+    """Meta's own refusals, before any scripted reply."""
+    auth = request.headers.get("authorization", "")
+    if not auth.startswith("Bearer "):
+        return whatsapp_error(2500, status=401, message="An active access token must be used")
+    if auth != f"Bearer {owner.token}":
+        return whatsapp_error(190, status=401, message="Invalid OAuth access token")
+    if request.path != f"/{WHATSAPP_VERSION}/{owner.phone_number_id}/messages":
+        return whatsapp_error(100, message="Unsupported post request")
+    try:
+        sent = json.loads(request.body)
+    except ValueError:
+        return whatsapp_error(100, message="Invalid JSON")
+    if not isinstance(sent, dict) or sent.get("messaging_product") != "whatsapp":
+        return whatsapp_error(100, message="messaging_product is required")
+    to = sent.get("to")
+    if not isinstance(to, str) or not to.lstrip("+").isdigit():
+        return whatsapp_error(100, message="Invalid parameter: to")
+    template = sent.get("template")
+    if sent.get("type") != "template" or not isinstance(template, dict):
+        return whatsapp_error(131047, message="Re-engagement message")
+    language = template.get("language")
+    code = language.get("code") if isinstance(language, dict) else None
+    key = (template.get("name"), code)
+    if key not in owner.templates:
+        return whatsapp_error(132001, status=404, message="Template name does not exist")
+    parameters: list[Any] = []
+    for component in template.get("components") or []:
+        if isinstance(component, dict) and component.get("type") == "body":
+            parameters.extend(component.get("parameters") or [])
+    if len(parameters) != owner.templates[key]:
+        return whatsapp_error(132000, message="Number of parameters does not match")
+    for parameter in parameters:
+        if (
+            not isinstance(parameter, dict)
+            or parameter.get("type") != "text"
+            or not isinstance(parameter.get("text"), str)
+            or not parameter["text"]
+            or "\n" in parameter["text"]
+        ):
+            return whatsapp_error(132012, message="Parameter format does not match")
+    return None
+
+
+class _WhatsAppHandler(BaseHTTPRequestHandler):
+    server: _WhatsAppHTTPServer
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        request = ChatRequest(
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=self.rfile.read(length),
+        )
+        owner.requests.append(request)
+        reply = _whatsapp_check(owner, request)
+        if reply is None:
+            reply = owner.replies.popleft() if owner.replies else ChatReply()
+        if reply.body is None and reply.status == 200:
+            to = json.loads(request.body)["to"]
+            reply = ChatReply(
+                body={
+                    "messaging_product": "whatsapp",
+                    "contacts": [{"input": to, "wa_id": to.lstrip("+")}],
+                    "messages": [{"id": owner.next_id(), "message_status": "accepted"}],
+                }
+            )
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    @override
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read the recorded requests, not stderr."""
+
+
+@contextmanager
+def whatsapp_server(token: str = WHATSAPP_TOKEN) -> Iterator[WhatsAppTestServer]:
+    server = WhatsAppTestServer(token)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def whatsapp_status_webhook(
+    message_id: str,
+    status: str,
+    *,
+    recipient: str = "9779812345678",
+    error_code: int | None = None,
+    more: list[dict[str, Any]] | None = None,
+) -> bytes:
+    """The body Meta posts for a message's status change (the `messages` field's `statuses`),
+    as raw bytes: the signature is over exactly these."""
+    entry: dict[str, Any] = {
+        "id": message_id,
+        "status": status,
+        "timestamp": "1733580000",
+        "recipient_id": recipient,
+    }
+    if status == "sent":
+        entry["conversation"] = {"id": "c0ffee", "origin": {"type": "utility"}}
+        entry["pricing"] = {"billable": True, "pricing_model": "PMP", "category": "utility"}
+    if error_code is not None:
+        entry["errors"] = [
+            {
+                "code": error_code,
+                "title": "Message undeliverable",
+                "message": f"Message to {recipient} undeliverable",
+                "error_data": {"details": f"could not reach {recipient}"},
+            }
+        ]
+    payload = {
+        "object": "whatsapp_business_account",
+        "entry": [
+            {
+                "id": "102290129340398",
+                "changes": [
+                    {
+                        "field": "messages",
+                        "value": {
+                            "messaging_product": "whatsapp",
+                            "metadata": {
+                                "display_phone_number": "15550783881",
+                                "phone_number_id": WHATSAPP_PHONE_NUMBER_ID,
+                            },
+                            "statuses": [entry, *(more or [])],
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    return json.dumps(payload).encode()
+
+
+def whatsapp_signature(body: bytes, secret: str = WHATSAPP_APP_SECRET) -> str:
+    """X-Hub-Signature-256 as Meta sends it: `sha256=` and the hex HMAC-SHA256 of the raw body
+    keyed by the app secret."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

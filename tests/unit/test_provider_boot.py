@@ -15,7 +15,15 @@ def test_every_provider_is_built_without_credentials() -> None:
     """R-PROVIDER-13, R-PROVIDER-3: one provider per channel, constructed whether or not credentials
     exist, each saying whether it is configured."""
     providers = build_providers(Settings())
-    assert sorted(providers) == ["email", "push", "slack", "sms", "teams", "telegram"]
+    assert sorted(providers) == [
+        "email",
+        "push",
+        "slack",
+        "sms",
+        "teams",
+        "telegram",
+        "whatsapp",
+    ]
     assert not any(p.is_configured() for p in providers.values())
     assert configured_channels(providers) == []
 
@@ -51,9 +59,9 @@ def test_one_boot_warning_per_mock_or_unconfigured_channel(
     with caplog.at_level(logging.WARNING, logger="herald.channels.providers"):
         check_providers(settings, build_providers(settings))
     lines = [r.getMessage() for r in caplog.records if r.name == "herald.channels.providers"]
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert sum("mock provider" in line for line in lines) == 1
-    assert sum("skipped_unconfigured" in line for line in lines) == 5
+    assert sum("skipped_unconfigured" in line for line in lines) == 6
 
 
 def test_unknown_required_channel_is_a_configuration_error() -> None:
@@ -74,6 +82,7 @@ def test_channel_concurrency_is_the_seeds() -> None:
         "telegram": 4,
         "slack": 4,
         "teams": 4,
+        "whatsapp": 4,
     }
     assert BATCH_LIMIT["sms"] <= 2 * CONCURRENCY["sms"]
 

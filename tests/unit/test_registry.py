@@ -326,6 +326,22 @@ SAMPLE_TABLE: dict[str, tuple[str, set[str], str, bool, set[str], set[str]]] = {
         {"title", "message"},
         set(),
     ),
+    "attendance.absence_alert": (
+        "attendance",
+        {"in_app", "sms", "whatsapp"},
+        "collapse",
+        False,
+        {"studentName", "date"},
+        set(),
+    ),
+    "fee.reminder": (
+        "finance",
+        {"in_app", "email", "whatsapp"},
+        "collapse",
+        False,
+        {"studentName", "amount", "dueDate"},
+        set(),
+    ),
     "reminder.notice": (
         "events",
         {"in_app", "email", "push", "telegram"},

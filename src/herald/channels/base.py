@@ -30,11 +30,21 @@ _DETAIL_ALLOWED = re.compile(r"[^A-Za-z0-9_.:\- ]")
 
 
 @value
+class TemplateCall:
+    """A provider-side template to send instead of words (WhatsApp's approved message templates):
+    its name, language code, and the body's parameter values in the template's order."""
+
+    name: str
+    language: str
+    parameters: tuple[str, ...] = ()
+
+
+@value
 class Message:
     """One rendered message to one destination. Bodies live only in memory for the send."""
 
     channel: str
-    to: str  # email address, E.164 number, push token, or Telegram chat id
+    to: str  # email address, E.164 number (SMS, WhatsApp), push token, or Telegram chat id
     body: str  # plain text (email text part, SMS, push body) or Telegram HTML
     title: str | None = None  # email subject, push title
     body_html: str | None = None  # email only, every value already escaped
@@ -45,6 +55,8 @@ class Message:
     idempotency_key: str | None = None  # stable per delivery attempt chain (Resend Idempotency-Key)
     kind: str | None = None
     priority: str = "normal"
+    # whatsapp: the approved template this message is sent as (`body` is its rendered text).
+    template: TemplateCall | None = None
 
 
 @value
@@ -58,8 +70,8 @@ class ProviderOutcome:
     retry_after_seconds: int | None = None
     skip_reason: SkipReason | None = None
     invalidate_token: bool = False  # push: the token is dead (UNREGISTERED, invalid)
-    recipient_blocked: bool = False  # telegram: the person blocked the bot
-    # email, sms: the provider says this address or number can never take a message (Aakash's
+    recipient_blocked: bool = False  # telegram: the person blocked the bot (slack, teams: gone)
+    # email, sms, whatsapp: the provider says this address or number can never take a message (Aakash's
     # data.invalid): the recorder marks it undeliverable, as a hard-bounce receipt does.
     destination_undeliverable: bool = False
     # Set only when the provider certainly did not take the message (NotSent); None for a send, a

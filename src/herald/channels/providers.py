@@ -60,6 +60,14 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
         from herald.channels.teams import TeamsProvider
 
         providers["teams"] = TeamsProvider(settings)
+
+    # WhatsApp Business Cloud API (issue 46): approved templates to each person's phone.
+    if settings.whatsapp_provider == "mock":
+        providers["whatsapp"] = MockProvider("whatsapp", settings)
+    else:
+        from herald.channels.whatsapp import WhatsAppProvider
+
+        providers["whatsapp"] = WhatsAppProvider(settings)
     return providers
 
 

@@ -112,8 +112,8 @@ SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.p
        t.webpush_p256dh AS push_p256dh, t.webpush_auth AS push_auth,
        -- A hard bounce marked this email address or phone number undeliverable
        -- (herald.receipts, which hashes them the same way): one probe of the
-       -- (tenant, channel, hash) key, for email and SMS rows only.
-       (d.channel IN ('email', 'sms') AND EXISTS (
+       -- (tenant, channel, hash) key, for email, SMS and WhatsApp rows only.
+       (d.channel IN ('email', 'sms', 'whatsapp') AND EXISTS (
             SELECT 1 FROM undeliverable_address u
              WHERE u.tenant_id = d.tenant_id AND u.channel = d.channel
                AND u.address_hash = encode(sha256(convert_to(

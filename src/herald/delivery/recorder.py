@@ -42,6 +42,7 @@ UNKNOWN_CODES = {
     "telegram": "TELEGRAM_UNKNOWN",
     "slack": "SLACK_UNKNOWN",
     "teams": "TEAMS_UNKNOWN",
+    "whatsapp": "WHATSAPP_UNKNOWN",
 }
 
 

@@ -1,6 +1,7 @@
 """The one channel-send routine for every remote channel (R-CHAN-2).
 
-Order, the same for email, SMS, push, Telegram, Slack and Teams (R-CHAN-3): claim (done by the worker),
+Order, the same for email, SMS, push, Telegram, Slack, Teams and WhatsApp (R-CHAN-3): claim (done
+by the worker),
 liveness, secret, render, address, send, record. Liveness comes before render, so a deleted
 person's name is never rendered (R-CHAN-4); the secret is resolved immediately before rendering
 and lives only in memory for this one send (R-SECRET-4).
@@ -15,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from herald.channels.base import Message
+from herald.channels.base import Message, TemplateCall
 from herald.channels.email import mask_email
 from herald.channels.slack import mask_slack_id
 from herald.channels.sms import mask_phone, normalize_phone
 from herald.channels.teams import webhook_host
 from herald.config import Settings
-from herald.kinds import Registry
+from herald.kinds import Kind, Registry
 from herald.observability import logs
 from herald.rendering.render import Override, OverrideKey, Rendered, render
 from herald.rendering.urls import safe_action_url_or_none
@@ -110,7 +111,7 @@ async def prepare(
             secret_ref=ref,
         )
     stored = (channel == "email" and to == context["email"]) or (
-        channel == "sms" and not secret_values.get("toPhone")
+        channel in ("sms", "whatsapp") and not secret_values.get("toPhone")
     )
     if stored and context.get("address_undeliverable"):
         # A hard bounce marked the person's address or number (herald.receipts): skipped until
@@ -136,6 +137,9 @@ async def prepare(
         idempotency_key=str(context["public_id"]),
         kind=context["kind"],
         priority=context["priority"],
+        template=_whatsapp_template(kind, context["locale"], values)
+        if channel == "whatsapp"
+        else None,
     )
     return Prepared(
         context,
@@ -144,6 +148,21 @@ async def prepare(
         rendered=rendered,
         persist=persist,
         secret_ref=ref,
+    )
+
+
+def _whatsapp_template(
+    kind: Kind, locale: str | None, values: Mapping[str, str]
+) -> TemplateCall | None:
+    """The kind's approved WhatsApp template with its parameters' values in the template's
+    order. The wording rendered above uses exactly these variables, so each has a value."""
+    mapping = kind.whatsapp
+    if mapping is None:
+        return None
+    return TemplateCall(
+        name=mapping.name,
+        language=mapping.language_for(locale),
+        parameters=tuple(str(values.get(name, "")) for name in mapping.parameters),
     )
 
 
@@ -162,7 +181,8 @@ def _address(
         # The override comes only from the vault, never from stored variables (R-CHAN-6, R-CHAN-7).
         address = secret_values.get("toEmail") or context["email"]
         return (address, mask_email(address), None) if address else (None, None, None)
-    if channel == "sms":
+    if channel in ("sms", "whatsapp"):
+        # WhatsApp reaches the same number, normalised the same way (E.164).
         raw = secret_values.get("toPhone") or context["phone"]
         number = normalize_phone(raw, settings.sms_default_region) if raw else None
         # An unusable number is a skip, not a failure: retrying cannot change it (R-CHAN-9).

@@ -19,6 +19,7 @@ REPLAYABLE_QUEUES = (
     "notification.telegram",
     "notification.slack",
     "notification.teams",
+    "notification.whatsapp",
 )
 
 

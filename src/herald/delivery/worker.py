@@ -33,11 +33,27 @@ from herald.throttle import service as throttle
 log = logging.getLogger(__name__)
 
 # R-CHAN-19 (and Telegram, bounded further by its provider's rate limiter).
-CONCURRENCY = {"sms": 2, "email": 4, "push": 8, "telegram": 4, "slack": 4, "teams": 4}
+CONCURRENCY = {
+    "sms": 2,
+    "email": 4,
+    "push": 8,
+    "telegram": 4,
+    "slack": 4,
+    "teams": 4,
+    "whatsapp": 4,
+}
 # Rows claimed together. Paid, slow SMS keeps its batches to a handful; cheap, fast email and
 # push use larger ones. A batch's leases are renewed while it is being worked (the heartbeat), so
 # rows waiting for their turn behind a slow provider never expire under a live worker.
-BATCH_LIMIT = {"sms": 4, "telegram": 25, "email": 200, "push": 200, "slack": 25, "teams": 25}
+BATCH_LIMIT = {
+    "sms": 4,
+    "telegram": 25,
+    "email": 200,
+    "push": 200,
+    "slack": 25,
+    "teams": 25,
+    "whatsapp": 25,
+}
 # Outcomes are written in groups as sends finish — once RECORD_EVERY results are waiting, or
 # after RECORD_AFTER_SECONDS, together with every other send already finished — so a worker that
 # dies mid-batch repeats only the sends finished since the last write (the at-least-once

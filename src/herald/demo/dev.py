@@ -29,7 +29,7 @@ STATE_FILE = "dev.json"
 DEV_KEY_NAME = "herald dev"
 # The demo token's active role: role-scoped rows (guardians_of_group) show only under it.
 GUARDIAN_ROLE = "guardian"
-MOCKED_CHANNELS = ("email", "sms", "push", "telegram", "slack", "teams")
+MOCKED_CHANNELS = ("email", "sms", "push", "telegram", "slack", "teams", "whatsapp")
 DEMO_SWEEP_SECONDS = 2
 # The attendance loop (seed 004): Aarav (7A, the demo guardian's son) marked absent; his
 # guardians hear of it after a 10 s grace and are reminded 30 s later unless someone

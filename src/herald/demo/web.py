@@ -213,6 +213,11 @@ def read_outbox(settings: Settings, providers: Mapping[str, Provider]) -> Outbox
 
 def _message(settings: Settings, message: Message) -> OutboxMessage:
     sender, body, body_html, to = None, message.body, message.body_html, message.to
+    title = message.title
+    if message.template is not None:
+        # WhatsApp sends the approved template, not the words: name it beside the text it has.
+        template = message.template
+        title = f"template {template.name} ({template.language})"
     if message.channel == "teams":
         # A Teams webhook URL is a credential: the outbox names its host only.
         to = f"webhook on {webhook_host(message.to) or '?'}"
@@ -224,7 +229,7 @@ def _message(settings: Settings, message: Message) -> OutboxMessage:
         channel=message.channel,
         sender=sender,
         to=to,
-        title=message.title,
+        title=title,
         body=body,
         body_html=body_html,
         action_url=message.action_url,

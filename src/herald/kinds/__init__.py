@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
-from herald.kinds.registry import Digest, Kind, Registry, Template, get_registry, load_registry
+from herald.kinds.registry import (
+    Digest,
+    Kind,
+    Registry,
+    Template,
+    WhatsAppTemplate,
+    get_registry,
+    load_registry,
+)
 
-__all__ = ["Digest", "Kind", "Registry", "Template", "get_registry", "load_registry"]
+__all__ = [
+    "Digest",
+    "Kind",
+    "Registry",
+    "Template",
+    "WhatsAppTemplate",
+    "get_registry",
+    "load_registry",
+]

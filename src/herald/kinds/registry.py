@@ -10,6 +10,7 @@ builders but never replace them: the code builder is the fallback that cannot be
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -48,6 +49,36 @@ class Template:
     def malformed_placeholders(self) -> list[str]:
         """`{{…}}` spans that are not flat names: they would never render (R-RENDER-8)."""
         return malformed_placeholders(self.title or "") + malformed_placeholders(self.body)
+
+
+# Meta's rules for a message template's name (lower-case letters, digits, underscores) and its
+# language code (`en`, `en_US`, `pt_BR`; `ne` for Nepali), and its cap on body parameters.
+WHATSAPP_TEMPLATE_NAME = re.compile(r"[a-z0-9_]{1,512}")
+WHATSAPP_LANGUAGE = re.compile(r"[a-z]{2,3}(_[A-Z]{2})?")
+MAX_WHATSAPP_PARAMETERS = 100
+
+
+@dataclass(frozen=True)
+class WhatsAppTemplate:
+    """The message template Meta approved for a kind (WhatsApp sends only approved templates to
+    a person who has not written in the last 24 hours).
+
+    `name` and `language` name the template as it was approved; `parameters` are the kind's
+    variables that fill its body's `{{1}}`, `{{2}}`, … in that order. The kind's own `whatsapp`
+    wording is the approved text with those variables as its placeholders: what preview, the
+    trace and the stored rendering show. The registry refuses a mapping whose parameters are not
+    exactly that wording's placeholders (a count that does not match the approved template).
+    `languages` maps a recipient's locale to another approved translation of the template
+    (`{"ne": "ne"}`); a locale it does not name is sent in `language`.
+    """
+
+    name: str
+    language: str
+    parameters: tuple[str, ...] = ()
+    languages: Mapping[str, str] = field(default_factory=dict)
+
+    def language_for(self, locale: str | None) -> str:
+        return self.languages.get(locale or "", self.language)
 
 
 @dataclass(frozen=True)
@@ -95,6 +126,8 @@ class Kind:
     persist_rendered: bool = True
     default_locale: str = "en"
     digest: Digest | None = None
+    # The approved WhatsApp template a `whatsapp` delivery of this kind is sent as.
+    whatsapp: WhatsAppTemplate | None = None
 
     def builder(self, channel: str, locale: str) -> Builder | None:
         by_locale = self.templates.get(channel)
@@ -202,6 +235,9 @@ def _validate_digest(kind: Kind, where: str) -> None:
     for channel in digest.channels:
         if channel == "in_app" or channel not in kind.channels:
             raise RegistryError(f"{where}: cannot digest channel {channel!r}")
+        if channel == "whatsapp":
+            # A digest is Herald's own wording, and WhatsApp sends only approved templates.
+            raise RegistryError(f"{where}: cannot digest whatsapp (approved templates only)")
     if kind.secret_variables or kind.unsuppressible:
         raise RegistryError(f"{where}: a kind carrying secrets or security notices is never held")
 
@@ -233,6 +269,7 @@ def _validate(kind: Kind) -> None:
     # R-SECRET-15: secretRef is dropped before rendering, so a template using it never renders.
     if "secretRef" in kind.allowed_placeholders:
         raise RegistryError(f"{where}: secretRef cannot be a template variable")
+    _validate_whatsapp(kind, where)
     for channel, by_locale in kind.templates.items():
         if channel not in kind.channels:
             raise RegistryError(f"{where}: has a builder for undeclared channel {channel!r}")
@@ -256,6 +293,58 @@ def _validate(kind: Kind) -> None:
                         validate_telegram_template(builder.body)
                     except TelegramTemplateInvalid as exc:
                         raise RegistryError(f"{where}: telegram/{locale}: {exc.message}") from exc
+
+
+def _validate_whatsapp(kind: Kind, where: str) -> None:
+    mapping = kind.whatsapp
+    if mapping is None:
+        if "whatsapp" in kind.channels:
+            raise RegistryError(f"{where}: declares whatsapp without a WhatsApp template mapping")
+        return
+    if "whatsapp" not in kind.channels:
+        raise RegistryError(f"{where}: has a WhatsApp template but does not declare whatsapp")
+    if not WHATSAPP_TEMPLATE_NAME.fullmatch(mapping.name):
+        raise RegistryError(
+            f"{where}: WhatsApp template name {mapping.name!r} is not lower-case letters, "
+            "digits and underscores"
+        )
+    for language in (mapping.language, *mapping.languages.values()):
+        if not WHATSAPP_LANGUAGE.fullmatch(language):
+            raise RegistryError(f"{where}: {language!r} is not a WhatsApp language code")
+    parameters = mapping.parameters
+    if len(parameters) > MAX_WHATSAPP_PARAMETERS:
+        raise RegistryError(f"{where}: a WhatsApp template takes at most 100 parameters")
+    if len(set(parameters)) != len(parameters):
+        raise RegistryError(f"{where}: WhatsApp template parameters repeat a variable")
+    unknown = set(parameters) - kind.allowed_placeholders
+    if unknown:
+        raise RegistryError(
+            f"{where}: WhatsApp template parameters name undeclared variables {sorted(unknown)}"
+        )
+    for locale, builder in kind.templates.get("whatsapp", {}).items():
+        if isinstance(builder, Template):
+            check_whatsapp_wording(mapping, builder, f"{where}: whatsapp/{locale}")
+
+
+def whatsapp_wording_mismatch(mapping: WhatsAppTemplate, template: Template) -> str | None:
+    """Why `template` cannot be the wording of the approved template `mapping`, or None: its
+    placeholders must be exactly the template's parameters, one per `{{n}}`."""
+    used = template.placeholders()
+    if template.title:
+        return "a WhatsApp template has a body only"
+    if used != set(mapping.parameters):
+        return (
+            f"uses {len(used)} placeholders {sorted(used)} but the WhatsApp template "
+            f"{mapping.name!r} takes {len(mapping.parameters)} parameters "
+            f"{list(mapping.parameters)}"
+        )
+    return None
+
+
+def check_whatsapp_wording(mapping: WhatsAppTemplate, template: Template, where: str) -> None:
+    problem = whatsapp_wording_mismatch(mapping, template)
+    if problem is not None:
+        raise RegistryError(f"{where}: {problem}")
 
 
 # The sample school registry, loaded by name like any application's: it registers through this

@@ -5,7 +5,7 @@ Every category and every channel appears at least once, with English (en) and Ne
 
 from __future__ import annotations
 
-from herald.kinds.registry import Digest, Kind, Registry, Template
+from herald.kinds.registry import Digest, Kind, Registry, Template, WhatsAppTemplate
 
 T = Template
 
@@ -233,6 +233,75 @@ STAFF_NOTICE = Kind(
     },
 )
 
+# For guardians on WhatsApp (issue 46): each is sent as a template the school had Meta approve,
+# in English and in Nepali, whose body's {{1}}, {{2}}, … are the parameters below, in order. The
+# `whatsapp` wording is that approved text, with the kind's variables where Meta has the numbers.
+ABSENCE_ALERT = Kind(
+    name="attendance.absence_alert",
+    category="attendance",
+    channels=("in_app", "sms", "whatsapp"),
+    priority="high",
+    variables={"studentName": "Aarav Shrestha", "date": "2026-11-30"},
+    whatsapp=WhatsAppTemplate(
+        name="absence_alert",
+        language="en",
+        languages={"ne": "ne"},
+        parameters=("studentName", "date"),
+    ),
+    templates={
+        "in_app": _both(
+            T(title="Absent: {{studentName}}", body="{{studentName}} was absent on {{date}}."),
+            T(title="अनुपस्थित: {{studentName}}", body="{{studentName}} {{date}} मा अनुपस्थित।"),
+        ),
+        "sms": _both(
+            T(body="{{studentName}} was absent from school on {{date}}."),
+            T(body="{{studentName}} {{date}} मा विद्यालयमा अनुपस्थित।"),
+        ),
+        "whatsapp": _both(
+            T(body="{{studentName}} was absent from school on {{date}}. Reply to let us know why."),
+            T(body="{{studentName}} {{date}} मा विद्यालयमा अनुपस्थित। कारण जवाफमा लेख्नुहोस्।"),
+        ),
+    },
+)
+
+FEE_REMINDER = Kind(
+    name="fee.reminder",
+    category="finance",
+    channels=("in_app", "email", "whatsapp"),
+    variables={"studentName": "Aarav Shrestha", "amount": "NPR 12,500", "dueDate": "2026-12-15"},
+    # The approved template's order is amount, student, date: the parameters follow it, not the
+    # order the wording below happens to read in.
+    whatsapp=WhatsAppTemplate(
+        name="fee_reminder",
+        language="en",
+        languages={"ne": "ne"},
+        parameters=("amount", "studentName", "dueDate"),
+    ),
+    templates={
+        "in_app": _both(
+            T(title="Fee due {{dueDate}}", body="{{amount}} for {{studentName}} by {{dueDate}}."),
+            T(
+                title="शुल्क {{dueDate}}",
+                body="{{studentName}} को {{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
+            ),
+        ),
+        "email": _both(
+            T(
+                title="Fee due on {{dueDate}}",
+                body="Dear {{name}},\n\n{{amount}} for {{studentName}} is due on {{dueDate}}.",
+            ),
+            T(
+                title="शुल्क बुझाउने मिति {{dueDate}}",
+                body="प्रिय {{name}},\n\n{{studentName}} को {{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
+            ),
+        ),
+        "whatsapp": _both(
+            T(body="A fee of {{amount}} for {{studentName}} is due on {{dueDate}}."),
+            T(body="{{studentName}} को {{amount}} शुल्क {{dueDate}} भित्र बुझाउनुहोस्।"),
+        ),
+    },
+)
+
 # What a reminder schedule sends (DESIGN.md §5.2): its title and message are the schedule's.
 REMINDER_NOTICE = Kind(
     name="reminder.notice",
@@ -350,6 +419,8 @@ SAMPLE_REGISTRY = Registry(
         EVENT_SCHEDULED,
         SYSTEM_MAINTENANCE,
         STAFF_NOTICE,
+        ABSENCE_ALERT,
+        FEE_REMINDER,
         REMINDER_NOTICE,
         ACCOUNT_WELCOME,
         PASSWORD_RESET,

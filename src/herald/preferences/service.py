@@ -61,6 +61,9 @@ def _row(
     # work inbox would. Except what is personal (security, account): a Slack or Teams
     # destination may be a channel other people read.
     chat = email and not personal
+    # WhatsApp (issue 46) follows Telegram: a kind reaches it only where the deployment mapped
+    # the kind to a template Meta approved (and bills), which is the deployment's opt-in; the
+    # person switches it off per category like any other.
     return MappingProxyType(
         {
             "in_app": in_app,
@@ -70,6 +73,7 @@ def _row(
             "telegram": telegram,
             "slack": chat,
             "teams": chat,
+            "whatsapp": telegram,
         }
     )
 

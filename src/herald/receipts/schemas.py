@@ -14,3 +14,10 @@ class ReceiptResult(BaseModel):
     # is still being recorded, to be applied when it is; or nothing (unknown id, duplicate, out of
     # order, or a status Herald does not act on). The provider needs only the 2xx.
     result: Literal["delivered", "bounced", "pending", "ignored"]
+
+
+class ReceiptResults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # One result per status in the callback, in its order (Meta batches statuses in one POST).
+    results: list[Literal["delivered", "bounced", "pending", "ignored"]]

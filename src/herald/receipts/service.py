@@ -1,5 +1,8 @@
 """Delivery receipts (issue 16): providers tell Herald what became of a message it sent.
 
+POST /v1/providers/whatsapp/webhook — Meta's WhatsApp webhook, signed with X-Hub-Signature-256
+(HMAC-SHA256 of the raw body keyed by HERALD_WHATSAPP_APP_SECRET, compared in constant time); its
+GET answers Meta's subscription handshake with HERALD_WHATSAPP_VERIFY_TOKEN.
 POST /v1/providers/resend/events — Resend's webhook, signed by Svix; verified with the `svix`
 package against HERALD_RESEND_WEBHOOK_SECRET. POST /v1/providers/twilio/status — Twilio's status
 callback, signed with X-Twilio-Signature (HMAC-SHA1 of the URL Twilio called and the sorted form
@@ -49,7 +52,7 @@ from herald import vocabulary
 from herald.channels.base import bounded_detail
 from herald.config import Settings
 from herald.db import tenancy
-from herald.errors import Conflict, NotFound, Unauthenticated, ValidationFailed
+from herald.errors import Conflict, Forbidden, NotFound, Unauthenticated, ValidationFailed
 from herald.receipts import queries
 from herald.webhooks import service as webhooks
 
@@ -62,6 +65,12 @@ class ReceiptSignatureInvalid(Unauthenticated):
     """The provider callback is unsigned or its signature does not verify."""
 
     code = "PROVIDER_SIGNATURE_INVALID"
+
+
+class WebhookVerifyTokenInvalid(Forbidden):
+    """The webhook subscription handshake did not present this deployment's verify token."""
+
+    code = "PROVIDER_VERIFY_TOKEN_INVALID"
 
 
 class ReceiptsNotConfigured(NotFound):
@@ -214,6 +223,112 @@ def parse_twilio(params: Sequence[tuple[str, str]]) -> Receipt:
             provider_status=status,
         )
     return Receipt("sms", sid, None, provider="twilio")
+
+
+# ---------------------------------------------------------------------------------------------
+# WhatsApp (Meta's webhook: JSON signed with X-Hub-Signature-256)
+
+
+def whatsapp_signature(app_secret: str, body: bytes) -> str:
+    """Meta's scheme: `sha256=` and the hex HMAC-SHA256 of the raw body, keyed by the app
+    secret."""
+    return "sha256=" + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify_whatsapp(settings: Settings, body: bytes, signature: str | None) -> list[Receipt]:
+    """The receipts of one webhook POST, once its signature verifies (compared in constant time
+    over the raw body); a forged or unsigned one is refused before anything is read."""
+    secret = settings.whatsapp_app_secret
+    if not secret:
+        raise ReceiptsNotConfigured()
+    given = (signature or "").strip()
+    if not given.startswith("sha256="):
+        raise ReceiptSignatureInvalid()
+    expected = whatsapp_signature(secret, body)
+    if not hmac.compare_digest(expected.encode(), given.lower().encode()):
+        raise ReceiptSignatureInvalid()
+    return parse_whatsapp(body)
+
+
+def verify_whatsapp_subscription(
+    settings: Settings, mode: str | None, token: str | None, challenge: str | None
+) -> str:
+    """Meta's subscription handshake (GET with hub.mode=subscribe, hub.verify_token,
+    hub.challenge): the challenge, echoed, when the verify token is this deployment's."""
+    expected = settings.whatsapp_verify_token
+    if not expected:
+        raise ReceiptsNotConfigured()
+    if mode != "subscribe" or not challenge:
+        raise ReceiptMalformed()
+    if not token or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise WebhookVerifyTokenInvalid()
+    if len(challenge) > MAX_PROVIDER_ID or not challenge.isascii() or not challenge.isprintable():
+        raise ReceiptMalformed()
+    return challenge
+
+
+# WhatsApp's failed-status codes that say the number cannot take WhatsApp messages: 131026
+# (not on WhatsApp, an old app, or the terms not accepted). Marked for WhatsApp only: SMS may
+# still reach it. Every other failure (131049 Meta chose not to deliver, 131047, 131053, …)
+# bounces this message only.
+WHATSAPP_PERMANENT_ERRORS = frozenset({131026})
+_WHATSAPP_STATUSES = frozenset({"sent", "delivered", "read", "failed", "deleted", "warning"})
+
+
+def parse_whatsapp(body: bytes) -> list[Receipt]:
+    """Every status in the POST (Meta batches them), in order. `sent` is what the recorder
+    already wrote; `delivered` and `read` move the delivery to delivered (a `read` after
+    `delivered` finds it final and changes nothing); `failed` bounces it with WhatsApp's code.
+    Incoming messages and other fields carry no receipt and are skipped."""
+    try:
+        event = json.loads(body)
+        entries = event["entry"]
+    except (ValueError, KeyError, TypeError):
+        raise ReceiptMalformed() from None
+    if not isinstance(entries, list):
+        raise ReceiptMalformed()
+    receipts: list[Receipt] = []
+    for entry in entries:
+        changes = entry.get("changes") if isinstance(entry, dict) else None
+        for change in changes if isinstance(changes, list) else []:
+            value = change.get("value") if isinstance(change, dict) else None
+            statuses = value.get("statuses") if isinstance(value, dict) else None
+            for status in statuses if isinstance(statuses, list) else []:
+                receipt = _whatsapp_status(status)
+                if receipt is not None:
+                    receipts.append(receipt)
+    return receipts
+
+
+def _whatsapp_status(status: Any) -> Receipt | None:
+    if not isinstance(status, dict):
+        raise ReceiptMalformed()
+    message_id, word = status.get("id"), status.get("status")
+    if not isinstance(message_id, str) or not message_id or not isinstance(word, str):
+        raise ReceiptMalformed()
+    message_id = message_id[:MAX_PROVIDER_ID]
+    word = word if word in _WHATSAPP_STATUSES else "other"
+    if word in ("delivered", "read"):
+        return Receipt(
+            "whatsapp", message_id, "delivered", provider="whatsapp", provider_status=word
+        )
+    if word == "failed":
+        code = None
+        errors = status.get("errors")
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            raw = errors[0].get("code")
+            code = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+            code = code if code is not None and 0 < code < 10_000_000 else None
+        return Receipt(
+            "whatsapp",
+            message_id,
+            "bounced",
+            f"WHATSAPP_UNDELIVERED (whatsapp_{code})" if code else "WHATSAPP_UNDELIVERED",
+            hard=code in WHATSAPP_PERMANENT_ERRORS,
+            provider="whatsapp",
+            provider_status=word,
+        )
+    return Receipt("whatsapp", message_id, None, provider="whatsapp", provider_status=word)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -133,10 +133,24 @@ class LocaleEntry(_Model):
     override: OverrideRef | None
 
 
+class WhatsAppTemplateEntry(_Model):
+    """The approved WhatsApp template the kind is sent as: an override's wording must use exactly
+    its parameters (NOTIFICATION_TEMPLATE_WHATSAPP_PARAMETERS otherwise)."""
+
+    name: str
+    language: str
+    # A recipient locale → the approved translation's language code; other locales: `language`.
+    languages: dict[str, str]
+    # The kind's variables filling the template's {{1}}, {{2}}, … in that order.
+    parameters: list[str]
+
+
 class ChannelEntry(_Model):
     channel: str
     title_required: bool
     locales: list[LocaleEntry]
+    # `whatsapp` only: the approved template it is sent as.
+    whatsapp_template: WhatsAppTemplateEntry | None = None
 
 
 class VariableEntry(_Model):

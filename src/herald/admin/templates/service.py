@@ -50,6 +50,7 @@ from herald.admin.templates.schemas import (
     TemplateVersionOut,
     TemplateVersionPage,
     VariableEntry,
+    WhatsAppTemplateEntry,
 )
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator, require_permission
@@ -148,9 +149,22 @@ def _kind_entry(kind: Kind, overrides: Mapping[tuple[str, str, str], RowMapping]
                     ),
                 )
             )
+        mapping = kind.whatsapp if channel == "whatsapp" else None
         channels.append(
             ChannelEntry(
-                channel=channel, title_required=channel in wording.TITLED_CHANNELS, locales=locales
+                channel=channel,
+                title_required=channel in wording.TITLED_CHANNELS,
+                locales=locales,
+                whatsapp_template=(
+                    WhatsAppTemplateEntry(
+                        name=mapping.name,
+                        language=mapping.language,
+                        languages=dict(mapping.languages),
+                        parameters=list(mapping.parameters),
+                    )
+                    if mapping is not None
+                    else None
+                ),
             )
         )
     variables = [VariableEntry(name=n, source="event", sample=s) for n, s in kind.variables.items()]

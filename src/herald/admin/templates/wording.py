@@ -26,6 +26,7 @@ from herald.errors import (
     TemplatePlaceholderUnknown,
     TemplateTitleNotAllowed,
     TemplateTitleRequired,
+    TemplateWhatsAppParameters,
 )
 from herald.kinds import Kind, Registry, Template, registry
 from herald.kinds.registry import RECIPIENT_VARIABLES
@@ -92,6 +93,12 @@ def validate_wording(
         )
     if channel == "telegram":
         validate_telegram_template(body)
+    if channel == "whatsapp" and kind.whatsapp is not None:
+        # What is sent is the approved template with the kind's parameters in order; the wording
+        # is its text, so it cannot take a parameter more or one fewer than Meta approved.
+        problem = registry.whatsapp_wording_mismatch(kind.whatsapp, Template(body=body))
+        if problem is not None:
+            raise TemplateWhatsAppParameters(f"{kind.name}: {problem}")
     return title, body
 
 

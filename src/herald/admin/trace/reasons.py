@@ -26,6 +26,7 @@ CHANNEL_WORDS: Mapping[str, str] = {
     "telegram": "Telegram",
     "slack": "Slack",
     "teams": "Microsoft Teams",
+    "whatsapp": "WhatsApp",
 }
 
 _NO_DESTINATION: Mapping[str, str] = {
@@ -35,6 +36,7 @@ _NO_DESTINATION: Mapping[str, str] = {
     "telegram": "This person has not linked Telegram, or blocked the bot.",
     "slack": "No Slack id on file for this person, or Slack said it is gone or closed to the bot.",
     "teams": "No Teams webhook on file for this person, or Teams said it was deleted.",
+    "whatsapp": "No usable phone number on file for this person, or WhatsApp said it cannot reach it.",
     "in_app": "No destination for the inbox.",
 }
 

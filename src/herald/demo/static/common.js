@@ -99,4 +99,5 @@ export const CHANNEL_LABELS = {
   telegram: 'Telegram',
   slack: 'Slack',
   teams: 'Teams',
+  whatsapp: 'WhatsApp',
 };
