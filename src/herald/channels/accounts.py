@@ -35,7 +35,6 @@ _HOST = re.compile(
 _FROM = re.compile(r"^[^\r\n<>]{0,200}<[^\s@<>]+@[^\s@<>]+>$|^[^\s@<>]+@[^\s@<>]+$")
 # E.164 or an alphanumeric sender id (Twilio accepts both as From).
 _SMS_FROM = re.compile(r"^(\+[1-9][0-9]{6,14}|[A-Za-z0-9 ]{1,11})$")
-_SECRET_TEXT = {"min_length": 1, "max_length": 4096, "pattern": r"^[^\r\n\x00]+$"}
 
 
 class _Account(BaseModel):
@@ -44,6 +43,11 @@ class _Account(BaseModel):
     model_config = ConfigDict(
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
     )
+
+
+def _secret() -> Any:
+    """A secret field: one line of text, never echoed back."""
+    return Field(default=None, min_length=1, max_length=4096, pattern=r"^[^\r\n\x00]+$")
 
 
 def _sender(value: str | None) -> str | None:
@@ -56,7 +60,7 @@ class SmtpAccount(_Account):
     host: str | None = Field(default=None, max_length=253)
     port: int | None = Field(default=None, ge=1, le=65_535)
     username: str | None = Field(default=None, min_length=1, max_length=320)
-    password: str | None = Field(default=None, **_SECRET_TEXT)  # type: ignore[arg-type]
+    password: str | None = _secret()
     from_address: str | None = Field(default=None, alias="from", max_length=320)
     starttls: bool | None = None
 
@@ -71,7 +75,7 @@ class SmtpAccount(_Account):
 
 
 class ResendAccount(_Account):
-    api_key: str | None = Field(default=None, **_SECRET_TEXT)  # type: ignore[arg-type]
+    api_key: str | None = _secret()
     from_address: str | None = Field(default=None, alias="from", max_length=320)
 
     _from = field_validator("from_address")(_sender)
@@ -79,12 +83,12 @@ class ResendAccount(_Account):
 
 class TwilioAccount(_Account):
     account_sid: str | None = Field(default=None, pattern=r"^AC[0-9a-fA-F]{32}$")
-    auth_token: str | None = Field(default=None, **_SECRET_TEXT)  # type: ignore[arg-type]
+    auth_token: str | None = _secret()
     from_number: str | None = Field(default=None, alias="from", pattern=_SMS_FROM.pattern)
 
 
 class AakashAccount(_Account):
-    auth_token: str | None = Field(default=None, **_SECRET_TEXT)  # type: ignore[arg-type]
+    auth_token: str | None = _secret()
 
 
 class TelegramAccount(_Account):
@@ -172,12 +176,12 @@ SPECS: Final[Mapping[str, ProviderSpec]] = {
             {"bot_token"},
         ),
         _spec("slack", "slack", SlackAccount, {"bot_token": "slack_bot_token"}, {"bot_token"}),
-        _spec(
-            "webpush", "push", WebPushAccount, {"vapid_subject": "webpush_vapid_subject"}, set()
-        ),
+        _spec("webpush", "push", WebPushAccount, {"vapid_subject": "webpush_vapid_subject"}, set()),
     )
 }
 PROVIDERS: Final[tuple[str, ...]] = tuple(SPECS)
+# Notified (payload: the tenant) by every change to an account; the workers LISTEN on it.
+NOTIFY_CHANNEL: Final = "herald_provider_account"
 # The channels some provider account can change: the only ones a tenant's provider differs on.
 CHANNELS: Final[frozenset[str]] = frozenset(spec.channel for spec in SPECS.values())
 

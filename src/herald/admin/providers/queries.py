@@ -12,10 +12,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.channels.accounts import NOTIFY_CHANNEL
 from herald.db import schema as s
 
 a = s.notification_provider_account
-NOTIFY_CHANNEL = "herald_provider_account"
 
 _COLUMNS = (
     a.c.provider,
@@ -89,5 +89,3 @@ async def delete_account(conn: AsyncConnection, tenant_id: str, provider: str) -
     if gone:
         await conn.execute(_NOTIFY, {"tenant": tenant_id})
     return gone
-
-

@@ -193,7 +193,7 @@ def _out(settings: Settings, row: RowMapping) -> ProviderAccount:
     except Exception:
         secret = {}  # under a key outside the ring: as good as unset
     return ProviderAccount(
-        provider=spec.name,  # type: ignore[arg-type]
+        provider=spec.name,
         channel=spec.channel,
         settings={
             accounts.field_alias(spec, field): value
