@@ -509,3 +509,40 @@ async def test_permissions_and_tenants(
     assert error_code(stale) == "NOTIFICATION_PROVIDER_ACCOUNT_VERSION_CONFLICT"
     assert (await http.delete(f"{BASE}/telegram", headers=writer)).status_code == 204
     assert (await http.get(f"{BASE}/telegram", headers=writer)).status_code == 404
+
+
+async def test_erasing_the_operator_keeps_the_account_and_forgets_who(
+    http: AsyncClient, engine: AsyncEngine, accounts_settings: Settings, tenant: str
+) -> None:
+    """An account is the tenant's configuration, not a person's data: erasing the operator who
+    last changed it keeps it, and its updated_by names them only by an erased label."""
+    from herald.directory.service import erase_person
+
+    async with engine.begin() as conn:
+        role_id = await seed.role(conn, tenant, "provider-admin", "staff")
+        await conn.execute(
+            update(s.role)
+            .where(s.role.c.id == role_id)
+            .values(permissions=["NotificationProvider_READ", "NotificationProvider_WRITE"])
+        )
+        person = await seed.person(conn, tenant, "bursar", roles=[role_id])
+    headers = bearer(
+        sign_token(accounts_settings, tenant_id=tenant, subject="bursar", role="provider-admin")
+    )
+    put = await http.put(
+        f"{BASE}/slack", json={"settings": {"botToken": "xoxb-1234567890-abc"}}, headers=headers
+    )
+    assert put.status_code == 200, put.text
+    assert put.json()["updatedBy"] == "person:bursar"
+    async with engine.begin() as conn:
+        await erase_person(conn, tenant, "bursar")
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(
+                    s.notification_provider_account.c.provider,
+                    s.notification_provider_account.c.updated_by,
+                ).where(s.notification_provider_account.c.tenant_id == tenant)
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [("slack", f"person:erased:{person.public_id}")]

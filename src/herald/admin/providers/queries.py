@@ -89,3 +89,14 @@ async def delete_account(conn: AsyncConnection, tenant_id: str, provider: str) -
     if gone:
         await conn.execute(_NOTIFY, {"tenant": tenant_id})
     return gone
+
+
+async def rename_actor(conn: AsyncConnection, tenant_id: str, before: str, after: str) -> int:
+    """Erasure: the accounts a person last changed name them by an erased label instead."""
+    result = await conn.execute(
+        update(a)
+        .where(a.c.tenant_id == tenant_id, a.c.updated_by == before)
+        .values(updated_by=after)
+        .returning(a.c.id)
+    )
+    return len(result.all())

@@ -13,6 +13,7 @@ workers, whose cache of built providers then rebuilds this tenant's (herald.deli
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -208,4 +209,15 @@ def _out(settings: Settings, row: RowMapping) -> ProviderAccount:
         version=row["version"],
         updated_at=row["updated_at"],
         updated_by=row["updated_by"],
+    )
+
+
+async def forget_operator(
+    conn: AsyncConnection, tenant_id: str, external_id: str, public_id: uuid.UUID
+) -> int:
+    """Erasure of a person who changed provider accounts: `updated_by` names them by an erased
+    label that is still theirs alone (their public id). The accounts themselves are the
+    tenant's configuration, not the person's data, and stay."""
+    return await queries.rename_actor(
+        conn, tenant_id, f"person:{external_id}", f"person:erased:{public_id}"
     )
