@@ -157,7 +157,9 @@ PERMISSIONS: Final[tuple[str, ...]] = (
 )
 
 # The providers a tenant may hold its own account for (herald.channels.accounts).
-AccountProvider = Literal["smtp", "resend", "twilio", "aakash", "telegram", "slack", "webpush"]
+AccountProvider = Literal[
+    "smtp", "resend", "twilio", "aakash", "telegram", "slack", "fcm", "webpush"
+]
 ACCOUNT_PROVIDERS: Final[tuple[str, ...]] = get_args(AccountProvider)
 
 # What became of one occurrence of a reminder schedule: `fired` recorded its event, `missed`

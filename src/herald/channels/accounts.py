@@ -99,6 +99,30 @@ class SlackAccount(_Account):
     bot_token: str | None = Field(default=None, pattern=r"^xox[bp]-[A-Za-z0-9-]{10,250}$")
 
 
+class FcmAccount(_Account):
+    # The Firebase project to send to; default: the service account's own project_id.
+    project_id: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{4,61}[a-z0-9]$")
+    # The service account key file's JSON, as Google gives it (secret: it holds a private key).
+    service_account_json: str | None = Field(default=None, min_length=2, max_length=20_000)
+
+    @field_validator("service_account_json")
+    @classmethod
+    def _usable(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from herald.channels.fcm import parse_service_account
+
+        try:
+            raw = json.loads(value)
+        except ValueError:
+            raise ValueError("must be the service account key file's JSON") from None
+        account, problem = parse_service_account(raw)
+        if account is None:
+            # What is wrong, never a byte of the key.
+            raise ValueError(f"the service account JSON {problem}")
+        return value
+
+
 class WebPushAccount(_Account):
     # RFC 8292 §2.1: a mailto: or https: URL the push service may contact.
     vapid_subject: str | None = Field(
@@ -176,6 +200,16 @@ SPECS: Final[Mapping[str, ProviderSpec]] = {
             {"bot_token"},
         ),
         _spec("slack", "slack", SlackAccount, {"bot_token": "slack_bot_token"}, {"bot_token"}),
+        _spec(
+            "fcm",
+            "push",
+            FcmAccount,
+            {
+                "project_id": "fcm_project_id",
+                "service_account_json": "fcm_service_account_json",
+            },
+            {"service_account_json"},
+        ),
         _spec("webpush", "push", WebPushAccount, {"vapid_subject": "webpush_vapid_subject"}, set()),
     )
 }

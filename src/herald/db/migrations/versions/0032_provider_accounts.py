@@ -26,7 +26,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TABLE = "notification_provider_account"
-_PROVIDERS = ("smtp", "resend", "twilio", "aakash", "telegram", "slack", "webpush")
+_PROVIDERS = ("smtp", "resend", "twilio", "aakash", "telegram", "slack", "fcm", "webpush")
 _TZ = postgresql.TIMESTAMP(timezone=True)
 
 
