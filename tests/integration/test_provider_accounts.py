@@ -546,3 +546,75 @@ async def test_erasing_the_operator_keeps_the_account_and_forgets_who(
             )
         ).all()
     assert [tuple(r) for r in rows] == [("slack", f"person:erased:{person.public_id}")]
+
+
+async def test_each_tenant_posts_to_slack_with_its_own_bot(
+    http: AsyncClient, engine: AsyncEngine, accounts_settings: Settings, vault: Vault
+) -> None:
+    """An HTTP provider per tenant: tenant A's staff notice is posted with A's bot token (which
+    the local Slack Web API accepts), tenant B's with the deployment's (which it refuses); the
+    base URL stays the deployment's."""
+    from herald.channels.slack import SlackProvider
+    from tests.providers.servers import slack_server
+
+    a, b = f"a-{uuid.uuid4().hex[:10]}", f"b-{uuid.uuid4().hex[:10]}"
+    a_token = f"xoxb-{uuid.uuid4().int % 10**10}-{uuid.uuid4().hex}"
+    with slack_server(a_token) as slack:
+        chat = accounts_settings.model_copy(
+            update={
+                "slack_provider": "slack",
+                "slack_bot_token": "xoxb-0000000000-the-deployments-own-bot",
+                "slack_base_url": slack.api_url,
+                "max_attempts": 1,
+            }
+        )
+        for tenant in (a, b):
+            async with engine.begin() as conn:
+                staff = await seed.person(conn, tenant, "asha", full_name="Asha")
+                await conn.execute(
+                    update(s.person).where(s.person.c.id == staff.id).values(slack_id="U0123ABCDEF")
+                )
+            await send_event(
+                engine,
+                tenant,
+                kind="staff.notice",
+                audience={"kind": "users", "userIds": ["asha"]},
+                channels=["slack"],
+                variables={"title": "Staff meeting", "message": "At 15:30"},
+            )
+            await run_to_completion(engine, tenant)
+        put = await http.put(
+            f"{BASE}/slack",
+            json={"settings": {"botToken": a_token}},
+            headers=await admin_key(engine, a),
+        )
+        assert put.status_code == 200, put.text
+        default = SlackProvider(chat)
+        accounts = TenantProviders(chat, {"slack": default}, refresh_seconds=0)
+        try:
+            for tenant in (a, b):
+                claimed = await deliver_batch(
+                    engine,
+                    "slack",
+                    default,
+                    registry=SAMPLE_REGISTRY,
+                    vault=vault,
+                    settings=chat,
+                    tenant_id=tenant,
+                    accounts=accounts,
+                )
+                assert claimed == 1
+        finally:
+            await accounts.aclose()
+            await default.aclose()
+        tokens = [r.headers["authorization"] for r in slack.requests]
+        assert tokens == [f"Bearer {a_token}", "Bearer xoxb-0000000000-the-deployments-own-bot"]
+    d = s.notification_delivery
+    async with engine.connect() as conn:
+        found = {
+            row.tenant_id: row.status
+            for row in await conn.execute(
+                select(d.c.tenant_id, d.c.status).where(d.c.tenant_id.in_([a, b]))
+            )
+        }
+    assert found[a] == "sent" and found[b] != "sent"
