@@ -618,3 +618,39 @@ async def test_each_tenant_posts_to_slack_with_its_own_bot(
             )
         }
     assert found[a] == "sent" and found[b] != "sent"
+
+
+async def test_a_provider_that_cannot_be_built_falls_back_to_the_deployments(
+    http: AsyncClient,
+    engine: AsyncEngine,
+    accounts_settings: Settings,
+    tenant: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tenant provider whose construction raises does not fail every batch of the tenant: the
+    deployment's provider is used (once said, without the account's values) until the account
+    changes."""
+    from herald.delivery import accounts as tenant_accounts
+
+    password = f"pw-{uuid.uuid4().hex}"
+    put = await http.put(
+        f"{BASE}/smtp",
+        json={"settings": {"host": "127.0.0.1", "password": password}},
+        headers=await admin_key(engine, tenant),
+    )
+    assert put.status_code == 200, put.text
+
+    def refuse(*_: Any) -> Any:
+        raise RuntimeError(password)  # even a message carrying the secret is not logged
+
+    monkeypatch.setattr(tenant_accounts, "build_channel", refuse)
+    default = SmtpEmailProvider(accounts_settings)
+    accounts = TenantProviders(accounts_settings, {"email": default})
+    await accounts.refresh(engine)
+    assert accounts.provider_for(tenant, "email") is default
+    assert accounts.providers_of([tenant], "email") == {}
+    assert "could not be built (RuntimeError)" in caplog.text
+    assert password not in caplog.text
+    await accounts.aclose()
+    await default.aclose()

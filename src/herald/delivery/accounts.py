@@ -103,7 +103,9 @@ class TenantProviders:
             for tenant in changed:
                 self._accounts.pop(tenant, None)
                 for key in [k for k in self._built if k[0] == tenant]:
-                    self._retired.append((self._clock(), self._built.pop(key)))
+                    replaced = self._built.pop(key)
+                    if replaced is not self.defaults.get(key[1]):
+                        self._retired.append((self._clock(), replaced))
             for row in rows:
                 fields = dict(row["settings"])
                 if ring is not None and row["secret_ciphertext"]:
@@ -137,7 +139,20 @@ class TenantProviders:
         built = self._built.get(key)
         if built is None:
             of_channel = {p: f for p, f in held.items() if accounts.SPECS[p].channel == channel}
-            built = build_channel(accounts.overlay(self.settings, of_channel), channel)
+            try:
+                built = build_channel(accounts.overlay(self.settings, of_channel), channel)
+            except Exception as exc:
+                # A provider that cannot be built (a Web Push key file gone bad) must not fail
+                # every batch holding this tenant's rows: the deployment's sends them, until the
+                # account changes. Said once per version, without the account's values.
+                log.warning(
+                    "tenant %s: its own %s provider could not be built (%s); the deployment's "
+                    "is used until its provider account changes",
+                    tenant_id,
+                    channel,
+                    type(exc).__name__,
+                )
+                built = default
             self._built[key] = built
         return built
 
@@ -179,7 +194,8 @@ class TenantProviders:
         self._retired = keep
 
     async def aclose(self) -> None:
-        providers = [p for _, p in self._retired] + list(self._built.values())
+        own = [p for k, p in self._built.items() if p is not self.defaults.get(k[1])]
+        providers = [p for _, p in self._retired] + own
         self._retired, self._built = [], {}
         for provider in providers:
             await _close(provider)
