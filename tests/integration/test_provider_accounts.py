@@ -654,3 +654,66 @@ async def test_a_provider_that_cannot_be_built_falls_back_to_the_deployments(
     assert password not in caplog.text
     await accounts.aclose()
     await default.aclose()
+
+
+async def received(server: SmtpTestServer, count: int) -> bool:
+    """Wait (up to 30 s) until `server` holds `count` messages."""
+    for _ in range(600):
+        if len(server.handler.received) >= count:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_herald_worker_uses_a_changed_account_for_the_next_delivery(
+    http: AsyncClient, engine: AsyncEngine, accounts_settings: Settings, tenant: str
+) -> None:
+    """The black-box check, through `herald worker`'s own loop (fan-out, the email sender and its
+    LISTEN connection): the tenant's email reaches its own SMTP server; after the account is
+    changed to another server, the next email reaches that one — the same worker, no restart."""
+    from herald.runtime.worker import run_worker
+
+    await parent(engine, tenant, "parent@school-a.example")
+    headers = await admin_key(engine, tenant)
+    default = SmtpEmailProvider(accounts_settings)
+    stop = asyncio.Event()
+    with smtp_server() as first, smtp_server() as second:
+
+        async def point_at(server: SmtpTestServer) -> None:
+            answer = await http.put(
+                f"{BASE}/smtp",
+                json={"settings": {"host": server.host, "port": server.port, "starttls": False}},
+                headers=headers,
+            )
+            assert answer.status_code == 200, answer.text
+
+        await point_at(first)
+        worker = asyncio.create_task(
+            run_worker(
+                accounts_settings,
+                engine,
+                SAMPLE_REGISTRY,
+                stop,
+                tenant_id=tenant,
+                providers={"email": default},
+                maintenance=False,
+            )
+        )
+        try:
+            await queue_email_only(engine, tenant)
+            assert await received(first, 1)
+            await point_at(second)
+            await queue_email_only(engine, tenant)
+            assert await received(second, 1)
+        finally:
+            stop.set()
+            await asyncio.wait_for(worker, timeout=20)
+            await default.aclose()
+        assert len(first.handler.received) == 1
+        assert senders(second)[0][1] == "parent@school-a.example"
+
+
+async def queue_email_only(engine: AsyncEngine, tenant: str) -> None:
+    """An event for the worker to fan out and send (no fan-out here)."""
+    variables = {"title": f"Notice {uuid.uuid4().hex[:6]}", "message": "See you on Friday."}
+    await send_event(engine, tenant, channels=["email"], variables=variables)
