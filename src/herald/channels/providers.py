@@ -150,7 +150,8 @@ def check_providers(settings: Settings, providers: Mapping[str, Provider]) -> No
         elif not provider.is_configured():
             log.warning(
                 "%s: no provider configured — deliveries are recorded skipped_unconfigured and "
-                "re-driven automatically once it is",
+                "re-driven automatically once it is (for a tenant, also once its own provider "
+                "account configures it)",
                 channel,
             )
 
