@@ -295,6 +295,15 @@ class Settings(BaseSettings):
     """Push: fcm | mock."""
     fcm_service_account_file: Path | None = None
     """Push: fcm | mock."""
+    fcm_service_account_json: str | None = None
+    """The FCM service account's JSON itself, instead of HERALD_FCM_SERVICE_ACCOUNT_FILE (for a
+    secret handed over in the environment); takes precedence over the file. A tenant's own
+    provider account sets it for that tenant (docs/provider-accounts.md).
+    """
+    fcm_project_id: str | None = None
+    """The Firebase project push messages are sent to. Default: the service account's
+    project_id.
+    """
     fcm_base_url: str = "https://fcm.googleapis.com"
     """Push: fcm | mock."""
     fcm_token_url: str = "https://oauth2.googleapis.com/token"

@@ -584,3 +584,41 @@ class FollowupNotFound(NotFound):
     """No such follow-up."""
 
     code = "NOTIFICATION_FOLLOWUP_NOT_FOUND"
+
+
+# ---------------------------------------------------------------------------------------------
+# A tenant's provider accounts (herald.admin.providers). No message here ever carries a value a
+# tenant sent: a secret typed into the wrong field must not come back in an error.
+
+
+class ProviderAccountNotFound(NotFound):
+    """This tenant holds no account for that provider."""
+
+    code = "NOTIFICATION_PROVIDER_ACCOUNT_NOT_FOUND"
+
+
+class ProviderSettingsInvalid(HeraldError):
+    """The provider settings are not valid: an unknown field, or a value of the wrong shape."""
+
+    code = "NOTIFICATION_PROVIDER_SETTINGS_INVALID"
+    status = 422
+
+
+class ProviderHostForbidden(HeraldError):
+    """The SMTP host resolves to a private, loopback, link-local or metadata address."""
+
+    code = "NOTIFICATION_PROVIDER_HOST_FORBIDDEN"
+    status = 422
+
+
+class ProviderHostUnresolvable(HeraldError):
+    """The SMTP host name does not resolve."""
+
+    code = "NOTIFICATION_PROVIDER_HOST_UNRESOLVABLE"
+    status = 422
+
+
+class ProviderAccountVersionConflict(Conflict):
+    """The provider account changed since it was read; read it again and retry."""
+
+    code = "NOTIFICATION_PROVIDER_ACCOUNT_VERSION_CONFLICT"

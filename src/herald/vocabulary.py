@@ -144,10 +144,23 @@ PERMISSION_VERBS: Final[tuple[str, ...]] = ("CREATE", "READ", "UPDATE", "DELETE"
 BROADCAST_PERMISSIONS: Final[tuple[str, ...]] = tuple(
     f"NotificationBroadcast_{verb}" for verb in ("CREATE", "READ", "UPDATE", "DELETE", "APPROVE")
 )
+# A tenant's provider accounts (herald.admin.providers): reading them (secrets shown only as set
+# or not) and changing them are the two things an operator may be allowed.
+PROVIDER_PERMISSIONS: Final[tuple[str, ...]] = (
+    "NotificationProvider_READ",
+    "NotificationProvider_WRITE",
+)
 PERMISSIONS: Final[tuple[str, ...]] = (
     *(f"{module}_{verb}" for module in PERMISSION_MODULES for verb in PERMISSION_VERBS),
     *BROADCAST_PERMISSIONS,
+    *PROVIDER_PERMISSIONS,
 )
+
+# The providers a tenant may hold its own account for (herald.channels.accounts).
+AccountProvider = Literal[
+    "smtp", "resend", "twilio", "aakash", "telegram", "slack", "fcm", "webpush"
+]
+ACCOUNT_PROVIDERS: Final[tuple[str, ...]] = get_args(AccountProvider)
 
 # What became of one occurrence of a reminder schedule: `fired` recorded its event, `missed`
 # was too late when the scheduler reached it (HERALD_REMINDER_MAX_LATENESS_MINUTES), `failed`

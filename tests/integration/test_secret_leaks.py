@@ -573,3 +573,147 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
         assert await tables_containing(engine, value) == [], value
         assert [line for line in log_lines if value in line] == [], value
         assert [body for body in responses.bodies if value in body] == [], value
+
+
+async def test_no_provider_account_secret_is_left_in_a_table_a_log_or_a_response(
+    settings: Settings,
+    engine: AsyncEngine,
+    registry: Registry,
+    tenant: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 46 item 4, bad input: a tenant's provider secrets — its SMTP password, Resend key,
+    Telegram and Slack bot tokens — set over the admin API, used for sends that succeed and that
+    are refused until dead-lettered, and typed into refused requests (a wrong field, a line
+    break), appear in no table (only ciphertext), no log line at DEBUG, no response, no error
+    and no dead letter; the SMTP server does receive the login that used the password."""
+    from herald.channels.smtp import SmtpEmailProvider
+    from herald.delivery.accounts import TenantProviders
+    from herald.delivery.worker import deliver_batch
+    from tests.integration.test_provider_accounts import parent, queue_email
+
+    caplog.set_level(logging.DEBUG)
+    password = secret("smtp-password")
+    values = {
+        "password": password,
+        "resend": f"re_{uuid.uuid4().hex}",
+        "telegram": f"{uuid.uuid4().int % 10**9}:{uuid.uuid4().hex}{uuid.uuid4().hex[:8]}",
+        "slack": f"xoxb-{uuid.uuid4().int % 10**10}-{uuid.uuid4().hex}",
+        "typo": secret("typed-in-the-wrong-field"),
+    }
+    configured = settings.model_copy(
+        update={
+            "data_dir": tmp_path,
+            "max_attempts": 2,
+            "webhook_allow_loopback": True,
+            "vault_key": Fernet.generate_key().decode(),
+        }
+    )
+    vault = TableVault(engine, Fernet.generate_key())
+    app = create_app(configured, engine, registry, vault=vault)
+    responses = Responses()
+    await parent(engine, tenant, "parent@example.com")
+    async with engine.begin() as conn:
+        key = await create_api_key(conn, tenant_id=tenant, scopes=["admin"])
+    headers = {"Authorization": f"Bearer {key}"}
+    default = SmtpEmailProvider(configured)
+    accounts = TenantProviders(configured, {"email": default}, refresh_seconds=0)
+
+    async def deliver() -> None:
+        await deliver_batch(
+            engine,
+            "email",
+            default,
+            registry=registry,
+            vault=vault,
+            settings=configured,
+            tenant_id=tenant,
+            accounts=accounts,
+        )
+
+    with smtp_server(credentials=("school", password)) as school:
+        async with AsyncClient(
+            transport=ASGITransport(app=app),
+            base_url="http://herald.test",
+            event_hooks={"response": [responses]},
+        ) as http:
+            smtp_account = {
+                "host": school.host,
+                "port": school.port,
+                "username": "school",
+                "password": password,
+                "starttls": False,
+                "from": "School <office@school.example>",
+            }
+            for provider, fields in (
+                ("smtp", smtp_account),
+                ("resend", {"apiKey": values["resend"]}),
+                ("telegram", {"botToken": values["telegram"]}),
+                ("slack", {"botToken": values["slack"]}),
+            ):
+                put = await http.put(
+                    f"/v1/admin/providers/{provider}", json={"settings": fields}, headers=headers
+                )
+                assert put.status_code == 200, put.text
+            # Refused requests carrying secrets: a misspelt field, a line break, a wrong shape.
+            for provider, fields in (
+                ("smtp", {"passwrd": values["typo"]}),
+                ("smtp", {"password": values["typo"] + "\r\nRSET"}),
+                ("slack", {"botToken": values["typo"]}),
+                ("telegram", {"botToken": values["typo"]}),
+            ):
+                refused = await http.put(
+                    f"/v1/admin/providers/{provider}", json={"settings": fields}, headers=headers
+                )
+                assert refused.status_code == 422, refused.text
+
+            # Sent with the password; then a wrong one, refused until dead-lettered.
+            await queue_email(engine, tenant)
+            await deliver()
+            assert school.handler.logins == ["school"]
+            wrong = {**smtp_account, "password": secret("wrong-password")}
+            values["wrong"] = wrong["password"]
+            put = await http.put(
+                "/v1/admin/providers/smtp", json={"settings": wrong}, headers=headers
+            )
+            assert put.status_code == 200, put.text
+            await queue_email(engine, tenant)
+            await deliver()
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "UPDATE notification_delivery SET next_attempt_at = now() "
+                        "WHERE tenant_id = :t AND status = 'failed'"
+                    ),
+                    {"t": tenant},
+                )
+                await delivery_service.requeue_due_failures(conn, limit=100)
+            await deliver()
+
+            for path in (
+                "/v1/admin/providers",
+                "/v1/admin/providers/smtp",
+                "/v1/admin/dead-letters",
+            ):
+                answer = await http.get(path, headers=headers)
+                assert answer.status_code == 200, (path, answer.text)
+            assert (
+                len((await http.get("/v1/admin/dead-letters", headers=headers)).json()["items"])
+                == 1
+            )
+    await accounts.aclose()
+    await default.aclose()
+
+    statuses = await delivery_statuses(engine, tenant)
+    assert sorted(statuses) == ["dead", "sent"], statuses
+    log_lines = [
+        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
+        for r in caplog.records
+        if r.name not in SMTP_SERVER_LOGGERS
+    ]
+    assert len(responses.bodies) >= 10
+    for value in values.values():
+        assert await tables_containing(engine, value) == [], value
+        assert [line for line in log_lines if value in line] == [], value
+        assert [body for body in responses.bodies if value in body] == [], value

@@ -120,6 +120,14 @@ async def _populate(engine: AsyncEngine, tenant: str) -> None:
             role_code="teacher",
             expires_at=datetime.now(UTC) + timedelta(hours=1),
         )
+        # A provider account of the tenant's own (herald.admin.providers).
+        await conn.execute(
+            text(
+                "INSERT INTO notification_provider_account (tenant_id, provider, settings, "
+                "updated_by) VALUES (:t, 'smtp', '{\"host\": \"mail.example.com\"}', 'test')"
+            ),
+            {"t": tenant},
+        )
     await run_to_completion(engine, tenant)
     async with engine.begin() as conn:
         # A Twilio receipt kept for a send of this tenant (its delivery now carries the message
@@ -202,6 +210,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "followup",
             "console_session",
             "pending_receipt",
+            "notification_provider_account",
         ):
             assert seen.get(table, 0) > 0, (table, seen)
 

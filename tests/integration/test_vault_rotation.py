@@ -64,6 +64,7 @@ async def engine(own_engine: AsyncEngine) -> AsyncEngine:
     async with own_engine.begin() as conn:
         await conn.execute(delete(s.webhook_endpoint))
         await conn.execute(delete(s.secret_vault))
+        await conn.execute(delete(s.notification_provider_account))
     return own_engine
 
 
@@ -408,3 +409,52 @@ async def test_the_web_push_key_file_is_rotated_with_the_same_key_pair(
     after = before.model_copy(update={"vault_key": new.decode()})
     assert webpush.public_key(webpush.load_or_create_vapid(after)) == public
     Fernet(new).decrypt(webpush.key_file(after).read_bytes())
+
+
+async def test_provider_account_secrets_are_rotated_and_still_send(
+    engine: AsyncEngine, own_url: str, settings: Settings
+) -> None:
+    """Issue 46 item 4: a tenant's provider secrets are re-encrypted with the rest; afterwards a
+    worker holding only the new key still builds the tenant's provider with its password, and
+    the account's version is unchanged (nothing about it changed)."""
+    from herald.admin.providers import service as provider_accounts
+    from herald.admin.providers.schemas import ProviderAccountIn
+    from herald.channels.smtp import SmtpEmailProvider
+    from herald.delivery.accounts import TenantProviders
+
+    old, new = Fernet.generate_key(), Fernet.generate_key()
+    before, after = keyed(settings, own_url, old), keyed(settings, own_url, new)
+    tenant = f"t-{uuid.uuid4().hex[:12]}"
+    password = "smtp-" + uuid.uuid4().hex
+    async with engine.begin() as conn:
+        await tenancy.enter_tenant(conn, tenant)
+        await provider_accounts.put_account(
+            conn,
+            admin(tenant),
+            before,
+            "smtp",
+            ProviderAccountIn(settings={"host": "127.0.0.1", "password": password}),
+        )
+
+    result = await rotate_key(own_url, keys_env(new, old))
+    assert result.exit_code == 0, result.output
+    assert "1 provider account" in result.stderr
+    assert_quiet(result, old.decode(), new.decode(), password)
+    async with engine.connect() as conn:
+        version, ciphertext = (
+            await conn.execute(
+                select(
+                    s.notification_provider_account.c.version,
+                    s.notification_provider_account.c.secret_ciphertext,
+                )
+            )
+        ).one()
+    assert version == 1
+    assert password in Fernet(new).decrypt(bytes(ciphertext)).decode()
+    default = SmtpEmailProvider(after)
+    accounts = TenantProviders(after, {"email": default})
+    await accounts.refresh(engine)
+    own = accounts.provider_for(tenant, "email")
+    assert own is not default and own.is_configured()
+    assert accounts._accounts[tenant]["smtp"]["password"] == password
+    await accounts.aclose()

@@ -143,6 +143,10 @@ VOCAB_CHECKS = {
         "undeliverable_address",
         "undeliverable_address_channel_check",
     ): vocabulary.UNDELIVERABLE_CHANNELS,
+    (
+        "notification_provider_account",
+        "notification_provider_account_provider_check",
+    ): vocabulary.ACCOUNT_PROVIDERS,
 }
 
 
@@ -948,3 +952,37 @@ def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
             )
         }
     assert restored == before
+
+
+def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
+    """0032 adds notification_provider_account under forced row-level security: one account per
+    (tenant, provider), a provider outside the list refused, another tenant's row invisible to
+    herald_app; down drops it and gives back 0030's catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0030")
+    before = catalog(empty_database)
+    migrate.upgrade(empty_database, "0032")
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO notification_provider_account (tenant_id, provider, settings, "
+            "secret_ciphertext, updated_by) VALUES ('a', 'smtp', '{\"host\": \"m.example\"}', "
+            "'\\x00', 'test'), ('b', 'smtp', '{}', NULL, 'test')"
+        )
+        assert conn.execute(
+            "SELECT tenant_id, version FROM notification_provider_account ORDER BY 1"
+        ).fetchall() == [("a", 1), ("b", 1)]
+    for bad in ("('a', 'smtp', 'test')", "('a', 'fax', 'test')"):
+        with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.IntegrityError):
+            conn.execute(
+                "INSERT INTO notification_provider_account (tenant_id, provider, updated_by) "
+                f"VALUES {bad}"
+            )
+    with psycopg.connect(url) as conn:
+        conn.execute("SET ROLE herald_app")
+        conn.execute("SELECT set_config('herald.tenant_id', 'a', false)")
+        assert conn.execute("SELECT tenant_id FROM notification_provider_account").fetchall() == [
+            ("a",)
+        ]
+    migrate.downgrade(empty_database, "0030")
+    assert catalog(empty_database) == before
+    migrate.upgrade(empty_database)

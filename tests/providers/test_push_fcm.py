@@ -647,3 +647,30 @@ def test_parse_retry_after() -> None:
     # Thu, 01 Jan 1970 00:01:40 GMT is 100 s after the epoch.
     assert parse_retry_after("Thu, 01 Jan 1970 00:01:40 GMT", now=40.0) == 60
     assert parse_retry_after("Thu, 01 Jan 1970 00:01:40 GMT", now=500.0) == 0
+
+
+async def test_the_service_account_json_and_project_id_settings(key: KeyPair) -> None:
+    """Issue 46 item 4: HERALD_FCM_SERVICE_ACCOUNT_JSON (what a tenant's provider account sets)
+    stands in for the key file, and HERALD_FCM_PROJECT_ID sends to another project than the
+    service account's own."""
+    account = {
+        "type": "service_account",
+        "project_id": PROJECT,
+        "private_key": key.private_pem,
+        "client_email": CLIENT_EMAIL,
+    }
+    with fcm_server(key.public_pem, CLIENT_EMAIL, "school-a-project") as other:
+        settings = _settings(None, other).model_copy(
+            update={
+                "fcm_service_account_json": json.dumps(account),
+                "fcm_project_id": "school-a-project",
+            }
+        )
+        provider = FcmPushProvider(settings)
+        try:
+            assert provider.is_configured()
+            assert (await provider.send(_message())).outcome == "sent"
+        finally:
+            await provider.aclose()
+    unusable = _settings(None).model_copy(update={"fcm_service_account_json": "{not json"})
+    assert FcmPushProvider(unusable).is_configured() is False

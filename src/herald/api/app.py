@@ -274,6 +274,7 @@ def _routers() -> list[APIRouter]:
     serve the same path, so the order decides nothing else."""
     from herald.admin.dead_letters import routes as admin_dead_letters
     from herald.admin.history import routes as admin_history
+    from herald.admin.providers import routes as admin_providers
     from herald.admin.templates import routes as admin_templates
     from herald.admin.trace import routes as admin_trace
     from herald.centre import routes as centre
@@ -314,5 +315,6 @@ def _routers() -> list[APIRouter]:
         admin_reminders.router,
         admin_broadcasts.router,
         admin_webhooks.router,
+        admin_providers.router,
         receipts.router,
     ]

@@ -178,3 +178,17 @@ async def resolve(url: str, settings: Settings) -> Target:
         address=str(addresses[0]),
         path=parsed.path,
     )
+
+
+async def host_refusal(host: str, port: int, settings: Settings) -> str | None:
+    """Why a host a tenant names for a connection of its own (an SMTP relay) is refused —
+    "unresolvable" or "forbidden" — by the same address rules as a webhook URL; None when every
+    address it resolves to is allowed."""
+    allowed = Allowed.from_settings(settings)
+    try:
+        addresses = [_judged(a) for a in await _addresses(host, port)]
+    except WebhookUrlUnresolvable:
+        return "unresolvable"
+    if not all(allowed.permits(host, address) for address in addresses):
+        return "forbidden"
+    return None

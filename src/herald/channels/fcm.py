@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
@@ -99,7 +99,13 @@ class FcmPushProvider:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._clock = clock
-        self._account = load_service_account(settings.fcm_service_account_file)
+        self._account = (
+            service_account_of_json(settings.fcm_service_account_json)
+            if settings.fcm_service_account_json
+            else load_service_account(settings.fcm_service_account_file)
+        )
+        if self._account is not None and settings.fcm_project_id:
+            self._account = replace(self._account, project_id=settings.fcm_project_id)
         self._client: httpx.AsyncClient | None = None
         self._token_lock = asyncio.Lock()
         self._access_token: str | None = None
@@ -245,11 +251,30 @@ def load_service_account(path: Path | None) -> ServiceAccount | None:
             "FCM service account file %s is not readable JSON; push is unconfigured", path
         )
         return None
-    if not isinstance(raw, dict):
-        logger.warning(
-            "FCM service account file %s is not a JSON object; push is unconfigured", path
-        )
+    account, problem = parse_service_account(raw)
+    if account is None:
+        logger.warning("FCM service account file %s %s; push is unconfigured", path, problem)
+    return account
+
+
+def service_account_of_json(text: str) -> ServiceAccount | None:
+    """The service account in HERALD_FCM_SERVICE_ACCOUNT_JSON (or a tenant's account), or None,
+    logged without a byte of its content."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        logger.warning("the FCM service account JSON is not JSON; push is unconfigured")
         return None
+    account, problem = parse_service_account(raw)
+    if account is None:
+        logger.warning("the FCM service account JSON %s; push is unconfigured", problem)
+    return account
+
+
+def parse_service_account(raw: object) -> tuple[ServiceAccount | None, str]:
+    """(the account, "") or (None, what is wrong with it — never any of its values)."""
+    if not isinstance(raw, dict):
+        return None, "is not a JSON object"
     project_id = raw.get("project_id")
     client_email = raw.get("client_email")
     private_key = raw.get("private_key")
@@ -262,22 +287,14 @@ def load_service_account(path: Path | None) -> ServiceAccount | None:
         and client_email
         and isinstance(private_key, str)
     ):
-        logger.warning(
-            "FCM service account file %s lacks project_id, client_email or private_key; "
-            "push is unconfigured",
-            path,
-        )
-        return None
+        return None, "lacks project_id, client_email or private_key"
     try:
         key = load_pem_private_key(private_key.encode("utf-8"), password=None)
     except (ValueError, TypeError):
         key = None
     if not isinstance(key, RSAPrivateKey):
-        logger.warning(
-            "FCM service account file %s holds no RSA private key; push is unconfigured", path
-        )
-        return None
-    return ServiceAccount(
+        return None, "holds no RSA private key"
+    account = ServiceAccount(
         project_id=project_id,
         client_email=client_email,
         private_key=key,
@@ -286,6 +303,7 @@ def load_service_account(path: Path | None) -> ServiceAccount | None:
         else None,
         token_uri=token_uri if isinstance(token_uri, str) and token_uri else None,
     )
+    return account, ""
 
 
 def sign_assertion(account: ServiceAccount, *, audience: str, now: float | None = None) -> str:

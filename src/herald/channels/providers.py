@@ -23,52 +23,58 @@ from herald.errors import ConfigurationError
 log = logging.getLogger(__name__)
 
 
+CHANNELS = ("email", "sms", "push", "telegram", "slack", "teams", "whatsapp")
+
+
 def build_providers(settings: Settings) -> dict[str, Provider]:
-    providers: dict[str, Provider] = {
-        "email": _channel_provider(settings, "email", settings.email_provider_list),
-        "sms": _channel_provider(settings, "sms", settings.sms_provider_list),
-    }
+    return {channel: build_channel(settings, channel) for channel in CHANNELS}
+
+
+def build_channel(settings: Settings, channel: str) -> Provider:
+    """One channel's provider from `settings`: the deployment's, or a tenant's own (the
+    deployment's Settings with the tenant's provider accounts laid over them,
+    herald.channels.accounts)."""
     from herald.channels.mock import MockProvider
 
-    if settings.push_provider == "mock":
-        providers["push"] = MockProvider("push", settings)
-    else:
+    if channel == "email":
+        return _channel_provider(settings, "email", settings.email_provider_list)
+    if channel == "sms":
+        return _channel_provider(settings, "sms", settings.sms_provider_list)
+    if channel == "push":
+        if settings.push_provider == "mock":
+            return MockProvider("push", settings)
         from herald.channels.fcm import FcmPushProvider
         from herald.channels.push import PushProvider
         from herald.channels.webpush import WebPushProvider
 
-        providers["push"] = PushProvider(FcmPushProvider(settings), WebPushProvider(settings))
-
-    if settings.telegram_provider == "mock":
-        providers["telegram"] = MockProvider("telegram", settings)
-    else:
+        return PushProvider(FcmPushProvider(settings), WebPushProvider(settings))
+    if channel == "telegram":
+        if settings.telegram_provider == "mock":
+            return MockProvider("telegram", settings)
         from herald.channels.telegram import TelegramProvider
 
-        providers["telegram"] = TelegramProvider(settings)
-
+        return TelegramProvider(settings)
     # Slack and Teams (issue 46): channels for staff.
-    if settings.slack_provider == "mock":
-        providers["slack"] = MockProvider("slack", settings)
-    else:
+    if channel == "slack":
+        if settings.slack_provider == "mock":
+            return MockProvider("slack", settings)
         from herald.channels.slack import SlackProvider
 
-        providers["slack"] = SlackProvider(settings)
-
-    if settings.teams_provider == "mock":
-        providers["teams"] = MockProvider("teams", settings)
-    else:
+        return SlackProvider(settings)
+    if channel == "teams":
+        if settings.teams_provider == "mock":
+            return MockProvider("teams", settings)
         from herald.channels.teams import TeamsProvider
 
-        providers["teams"] = TeamsProvider(settings)
-
+        return TeamsProvider(settings)
     # WhatsApp Business Cloud API (issue 46): approved templates to each person's phone.
-    if settings.whatsapp_provider == "mock":
-        providers["whatsapp"] = MockProvider("whatsapp", settings)
-    else:
+    if channel == "whatsapp":
+        if settings.whatsapp_provider == "mock":
+            return MockProvider("whatsapp", settings)
         from herald.channels.whatsapp import WhatsAppProvider
 
-        providers["whatsapp"] = WhatsAppProvider(settings)
-    return providers
+        return WhatsAppProvider(settings)
+    raise ValueError(f"no provider for channel {channel!r}")
 
 
 def _channel_provider(settings: Settings, channel: str, names: list[str]) -> Provider:
@@ -151,7 +157,8 @@ def check_providers(settings: Settings, providers: Mapping[str, Provider]) -> No
         elif not provider.is_configured():
             log.warning(
                 "%s: no provider configured — deliveries are recorded skipped_unconfigured and "
-                "re-driven automatically once it is",
+                "re-driven automatically once it is (for a tenant, also once its own provider "
+                "account configures it)",
                 channel,
             )
 

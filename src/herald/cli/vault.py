@@ -38,7 +38,7 @@ def rotate_key(
     ] = "HERALD_VAULT_KEY",
 ) -> None:
     """Re-encrypt every tenant's stored secrets (webhook signing secrets, the embedded vault's
-    entries) under the new key, in one transaction, then this node's Web Push key file.
+    entries, provider account secrets) under the new key, in one transaction, then this node's Web Push key file.
 
     Run it once every process reads with both keys (the new one as HERALD_VAULT_KEY, the old in
     HERALD_VAULT_OLD_KEYS). A secret already under the new key is skipped, so running it again
@@ -66,7 +66,8 @@ def rotate_key(
             console.print(f"Re-encrypted the Web Push key file {webpush.key_file(settings)}.")
     console.print(
         f"Re-encrypted {report.re_encrypted} secret(s) under the new key "
-        f"({report.webhook_secrets} webhook signing, {report.vault_secrets} vault); "
+        f"({report.webhook_secrets} webhook signing, {report.vault_secrets} vault, "
+        f"{report.provider_secrets} provider account); "
         f"{report.already_rotated} already under it."
     )
     print(report.re_encrypted)

@@ -33,6 +33,7 @@ from typing_extensions import override
 
 from herald.admin.dead_letters import service as dead_letters
 from herald.admin.history import service as history
+from herald.admin.providers import service as provider_accounts
 from herald.admin.templates import service as templates
 from herald.auth import queries as auth_queries
 from herald.auth import service as auth
@@ -161,6 +162,10 @@ class Console:
 
     def may(self, permission: str) -> bool:
         return self.operator.may(permission)
+
+    @property
+    def may_providers(self) -> bool:
+        return self.operator.may(provider_accounts.READ)
 
     @property
     def may_broadcasts(self) -> bool:

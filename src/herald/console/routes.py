@@ -20,6 +20,7 @@ from herald.console.screens import (
     history,
     outcomes,
     people,
+    providers,
     reminders,
     session,
     templates,
@@ -38,6 +39,7 @@ SCREENS: Final = (
     outcomes,
     broadcasts,
     reminders,
+    providers,
 )
 
 # The screens' routes themselves rather than include_router: the app sees the console as one

@@ -1171,6 +1171,28 @@ followup = Table(
 # Outbound webhooks to the host (issue 16). An endpoint's signing secret must be readable to
 # sign, so it is stored Fernet-encrypted with the vault key, which lives outside the database.
 
+# ---------------------------------------------------------------------------------------------
+# A tenant's own provider accounts (issue 46, herald.admin.providers): the fields of one provider
+# the tenant overrides. Plain fields in `settings`; secret ones (passwords, API keys, tokens)
+# only in `secret_ciphertext`, a Fernet token under the vault key, which never lives here.
+# `version` rises on every change: the workers' cache of built providers compares it.
+
+notification_provider_account = Table(
+    "notification_provider_account",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("provider", Text, nullable=False),
+    Column("settings", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("secret_ciphertext", LargeBinary),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_by", Text, nullable=False),
+    vocab_check("provider", vocabulary.ACCOUNT_PROVIDERS, "provider"),
+    UniqueConstraint("tenant_id", "provider"),
+)
+
 webhook_endpoint = Table(
     "webhook_endpoint",
     metadata,

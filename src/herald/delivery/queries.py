@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic_core
 from sqlalchemy import func, select
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
@@ -236,6 +237,52 @@ async def backfill_unconfigured(
         )
         redriven.extend(row.channel for row in result)
     return redriven
+
+
+async def backfill_unconfigured_of_tenants(
+    conn: AsyncConnection,
+    pairs: Sequence[tuple[str, str]],
+    max_age_hours: int,
+    limit: int,
+) -> list[str]:
+    """backfill_unconfigured for (tenant, channel) pairs: a channel configured only by the
+    tenant's own provider account. Up to `limit` rows in all."""
+    redriven: list[str] = []
+    for tenant_id, channel in pairs:
+        if len(redriven) >= limit:
+            break
+        result = await conn.execute(
+            SQL["backfill_unconfigured_of_tenant"],
+            {
+                "channel": channel,
+                "tenant_id": tenant_id,
+                "max_age_hours": max_age_hours,
+                "limit": limit - len(redriven),
+            },
+        )
+        redriven.extend(row.channel for row in result)
+    return redriven
+
+
+async def provider_account_versions(conn: AsyncConnection) -> dict[tuple[str, str], int]:
+    """Every tenant's provider accounts, (tenant, provider) → version, read as the owner across
+    tenants: the cheap look the workers' provider cache takes to see what changed."""
+    a = s.notification_provider_account
+    rows = await conn.execute(select(a.c.tenant_id, a.c.provider, a.c.version))
+    return {(row.tenant_id, row.provider): row.version for row in rows}
+
+
+async def provider_accounts_of(
+    conn: AsyncConnection, tenant_ids: Sequence[str]
+) -> list[RowMapping]:
+    """The full accounts of these tenants (plain settings and the secret ciphertext)."""
+    a = s.notification_provider_account
+    rows = await conn.execute(
+        select(a.c.tenant_id, a.c.provider, a.c.version, a.c.settings, a.c.secret_ciphertext)
+        .where(a.c.tenant_id.in_(list(tenant_ids)))
+        .order_by(a.c.tenant_id, a.c.provider)
+    )
+    return list(rows.mappings())
 
 
 async def deactivate_push_token(conn: AsyncConnection, token_id: int, reason: str) -> None:

@@ -309,6 +309,35 @@ WITH entered AS (
 )
 SELECT channel FROM entered;
 
+-- name: backfill_unconfigured_of_tenant
+-- The same for one tenant whose own provider account configures a channel the deployment leaves
+-- unconfigured (herald.delivery.accounts): its rows, and no other tenant's, are re-driven.
+-- Re-drive skipped_unconfigured rows of channels configured now (R-BACKFILL-1..3) and younger than
+-- the backfill window (R-BACKFILL-6), by compare-and-set on the status (R-BACKFILL-4), clearing
+-- skipped_at in the same statement (R-BACKFILL-5) and making the row due (R-PLAT-4): it enters
+-- the queue in the same statement.
+-- One channel per statement: with `channel = ANY(…)` the (channel, queued_at) index cannot give
+-- the order across channels, and every skipped row in the window would be sorted each batch.
+WITH entered AS (
+    UPDATE notification_delivery d
+       SET status = 'queued', skipped_at = NULL, next_attempt_at = now()
+     WHERE d.id = ANY(ARRAY(
+            SELECT c.id
+              FROM notification_delivery c
+             WHERE c.status = 'skipped_unconfigured'
+               AND c.channel = :channel
+               AND c.tenant_id = :tenant_id
+               AND c.queued_at > now() - make_interval(hours => :max_age_hours)
+             ORDER BY c.queued_at
+             LIMIT :limit
+               FOR UPDATE SKIP LOCKED))
+       AND d.status = 'skipped_unconfigured'
+    RETURNING d.id, d.tenant_id, d.channel, d.occurred_at, d.next_attempt_at, d.status
+), queue_rows AS (
+    {{enter_queue}}
+)
+SELECT channel FROM entered;
+
 -- name: insert_replay
 -- Replay inserts a new queued row pointing at the original (R-DLQ-5, R-DLQ-12, R-DLQ-14), and
 -- its queue row in the same statement; the original keeps its failed_at, last_error and

@@ -57,6 +57,13 @@ async def backfill_unconfigured(
     return len(await queries.backfill_unconfigured(conn, channels, max_age_hours, limit))
 
 
+async def backfill_unconfigured_of_tenants(
+    conn: AsyncConnection, pairs: Sequence[tuple[str, str]], *, max_age_hours: int, limit: int
+) -> int:
+    """Backfill for channels configured only by a tenant's own provider account."""
+    return len(await queries.backfill_unconfigured_of_tenants(conn, pairs, max_age_hours, limit))
+
+
 async def replay_dead_letter(
     conn: AsyncConnection, tenant_id: str, dead_letter_public_id: uuid.UUID, *, actor: str
 ) -> uuid.UUID:

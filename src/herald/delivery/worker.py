@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from herald.channels.base import Message, Provider, ProviderOutcome
 from herald.config import Settings
 from herald.db import tenancy
 from herald.delivery import queries, recorder
+from herald.delivery.accounts import TenantProviders
 from herald.delivery.recorder import Result
 from herald.delivery.send import Prepared, prepare
 from herald.kinds import Registry
@@ -101,13 +102,20 @@ async def deliver_batch(
     tenant_id: str | None = None,
     gate: asyncio.Semaphore | None = None,
     pace: Pace | None = None,
+    accounts: TenantProviders | None = None,
 ) -> int:
     """Claim up to `limit` due deliveries of one channel (default: the `pace`'s, else the
-    channel's BATCH_LIMIT) and see each to a recorded outcome.
+    channel's BATCH_LIMIT) and see each to a recorded outcome. With `accounts`, a delivery of a
+    tenant holding its own provider account goes through that tenant's provider
+    (herald.delivery.accounts); every other through `provider`.
 
     Returns how many were claimed (0: nothing was due).
     """
     size = limit or (pace.limit if pace is not None else BATCH_LIMIT.get(channel, 100))
+    if accounts is not None:
+        # Before the claim: a refresh that fails leaves nothing claimed. A no-op until a change
+        # is notified or REFRESH_SECONDS pass.
+        await accounts.refresh(engine)
     async with engine.begin() as conn:
         await tenancy.plan_generically(conn)
         claimed = await queries.claim_due_deliveries(
@@ -127,6 +135,9 @@ async def deliver_batch(
             pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
             overrides |= _overrides(await queries.published_overrides(conn, pairs))
             contexts.extend(loaded)
+    own: dict[str, Provider] = {}
+    if accounts is not None:
+        own = accounts.providers_of(sorted({c["tenant_id"] for c in contexts}), channel)
     batch = _Batch(contexts)
     calls = _Calls(provider)
     heartbeat = asyncio.create_task(_heartbeat(engine, batch, settings.lease_seconds))
@@ -139,6 +150,7 @@ async def deliver_batch(
         settings=settings,
         overrides=overrides,
         gate=gate,
+        own=own,
     )
     pending: list[Result] = []
     started = last_flush = time.monotonic()
@@ -287,9 +299,12 @@ class _Sends:
         settings: Settings,
         overrides: dict[tuple[str, str], dict[OverrideKey, Override]],
         gate: asyncio.Semaphore | None,
+        own: Mapping[str, Provider] | None = None,
     ) -> None:
         self.batch = batch
         self.provider = provider
+        # Tenants with a provider of their own (herald.delivery.accounts); usually empty.
+        self.own = own or {}
         self.calls = calls
         self.registry = registry
         self.vault = vault
@@ -393,10 +408,11 @@ class _Sends:
         message = prepared.message
         # The rendered message and its destination never reach a log line, whatever logs.
         logs.mark_sensitive(message.to, message.title, message.body, message.body_html)
-        outcome = await _call(self.provider, self.calls, message, context, self.unknown)
+        provider = self.own.get(context["tenant_id"], self.provider) if self.own else self.provider
+        outcome = await _call(provider, self.calls, message, context, self.unknown)
         # A send that will be retried keeps its claim on the secret, so the retry still sends the
         # reset email; the values went nowhere but the provider.
-        return Result(prepared, outcome, provider=outcome.provider or self.provider.name)
+        return Result(prepared, outcome, provider=outcome.provider or provider.name)
 
 
 async def _call(
@@ -524,6 +540,7 @@ async def drain_channel(
     settings: Settings,
     tenant_id: str | None = None,
     loops: int | None = None,
+    accounts: TenantProviders | None = None,
 ) -> int:
     """Deliver until nothing of `channel` is due, with `loops` batch loops (default: the
     channel's, loops_of); returns rows claimed."""
@@ -542,6 +559,7 @@ async def drain_channel(
             tenant_id=tenant_id,
             gate=gate,
             pace=pace,
+            accounts=accounts,
         ):
             total += claimed
         return total

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
+from herald.admin.providers import service as provider_accounts
 from herald.audit import service as audit
 from herald.auth.service import Operator
 from herald.channels import destination
@@ -274,6 +275,8 @@ async def erase_person(
     events = await erasure.scrub_variables_of_events_for(conn, tenant_id, external_id)
     # An operator's name on the broadcasts they drafted or approved (kept distinct per person).
     await broadcasts.forget_operator(conn, tenant_id, external_id, person.public_id)
+    # And on the provider accounts they last changed (the accounts are the tenant's and stay).
+    await provider_accounts.forget_operator(conn, tenant_id, external_id, person.public_id)
     kept = await erasure.orphan_recipients_of_person(conn, person.id)
     followups = await erasure.delete_followups_naming_person(conn, tenant_id, external_id)
     await erasure.delete_undeliverable_of_person(conn, person.id)

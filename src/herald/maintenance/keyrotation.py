@@ -1,8 +1,9 @@
 """Rotating the vault key: re-encrypt every stored ciphertext from the old key to the new one.
 
-Two columns hold ciphertext under the vault key: `secret_vault.ciphertext` (the embedded vault's
-stashed secrets) and `webhook_endpoint.secret_ciphertext` (the webhook signing secrets). The
-rotation reads both across every tenant, as the schema owner (herald.db.tenancy), and locks
+Three columns hold ciphertext under the vault key: `secret_vault.ciphertext` (the embedded
+vault's stashed secrets), `webhook_endpoint.secret_ciphertext` (the webhook signing secrets) and
+`notification_provider_account.secret_ciphertext` (tenants' provider passwords, keys and
+tokens). The rotation reads all three across every tenant, as the schema owner (herald.db.tenancy), and locks
 the rows it read until its one transaction ends.
 
 Each ciphertext is sorted three ways: already under the new key (skipped, so a second run, or
@@ -56,10 +57,11 @@ class RotationReport:
     vault_secrets: int
     webhook_secrets: int
     already_rotated: int
+    provider_secrets: int = 0
 
     @property
     def re_encrypted(self) -> int:
-        return self.vault_secrets + self.webhook_secrets
+        return self.vault_secrets + self.webhook_secrets + self.provider_secrets
 
 
 def parse_key(value: str | None, source: str) -> Fernet:
@@ -120,8 +122,20 @@ def _sort(rows: Sequence[StoredCiphertext], new: Fernet, ring: MultiFernet) -> _
     return out
 
 
-def _refusal(vault: Sequence[StoredCiphertext], webhooks: Sequence[StoredCiphertext]) -> str:
+def _refusal(
+    vault: Sequence[StoredCiphertext],
+    webhooks: Sequence[StoredCiphertext],
+    accounts: Sequence[StoredCiphertext] = (),
+) -> str:
     parts = []
+    if accounts:
+        named = ", ".join(f"{r.tenant_id}/{r.label}" for r in accounts[:NAMED_UNREADABLE])
+        more = len(accounts) - NAMED_UNREADABLE
+        parts.append(
+            f"{len(accounts)} provider account secret(s) (tenant/provider: {named}"
+            + (f", and {more} more" if more > 0 else "")
+            + ")"
+        )
     if webhooks:
         named = ", ".join(f"{r.tenant_id}/{r.label}" for r in webhooks[:NAMED_UNREADABLE])
         more = len(webhooks) - NAMED_UNREADABLE
@@ -152,20 +166,25 @@ async def rotate(conn: AsyncConnection, old: Sequence[Fernet], new: Fernet) -> R
     ring = MultiFernet([new, *old])
     vault = _sort(await queries.lock_vault_ciphertexts(conn), new, ring)
     webhooks = _sort(await queries.lock_webhook_ciphertexts(conn), new, ring)
-    if vault.unreadable or webhooks.unreadable:
-        raise VaultKeyMismatch(_refusal(vault.unreadable, webhooks.unreadable))
+    accounts = _sort(await queries.lock_provider_account_ciphertexts(conn), new, ring)
+    if vault.unreadable or webhooks.unreadable or accounts.unreadable:
+        raise VaultKeyMismatch(_refusal(vault.unreadable, webhooks.unreadable, accounts.unreadable))
     await queries.set_vault_ciphertexts(conn, vault.changes)
     await queries.set_webhook_ciphertexts(conn, webhooks.changes)
+    await queries.set_provider_account_ciphertexts(conn, accounts.changes)
     report = RotationReport(
         vault_secrets=len(vault.changes),
         webhook_secrets=len(webhooks.changes),
-        already_rotated=vault.already + webhooks.already,
+        already_rotated=vault.already + webhooks.already + accounts.already,
+        provider_secrets=len(accounts.changes),
     )
     log.info(
-        "vault key rotation: %d secrets re-encrypted (%d webhook, %d vault), %d already rotated",
+        "vault key rotation: %d secrets re-encrypted (%d webhook, %d vault, %d provider "
+        "account), %d already rotated",
         report.re_encrypted,
         report.webhook_secrets,
         report.vault_secrets,
+        report.provider_secrets,
         report.already_rotated,
     )
     return report

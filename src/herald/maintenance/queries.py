@@ -292,3 +292,31 @@ async def set_webhook_ciphertexts(conn: AsyncConnection, changes: Mapping[object
         update(w).where(w.c.id == bindparam("row_key")).values(secret_ciphertext=bindparam("new")),
         [{"row_key": key, "new": value} for key, value in changes.items()],
     )
+
+
+async def lock_provider_account_ciphertexts(conn: AsyncConnection) -> list[StoredCiphertext]:
+    """Every tenant provider account's secret fields, locked until the transaction ends (a change
+    through the admin API meanwhile waits, then writes under the new primary key)."""
+    a = s.notification_provider_account
+    rows = await conn.execute(
+        select(a.c.id, a.c.tenant_id, a.c.provider, a.c.secret_ciphertext)
+        .where(a.c.secret_ciphertext.is_not(None))
+        .order_by(a.c.id)
+        .with_for_update()
+    )
+    return [
+        StoredCiphertext(r.id, r.tenant_id, r.provider, bytes(r.secret_ciphertext)) for r in rows
+    ]
+
+
+async def set_provider_account_ciphertexts(
+    conn: AsyncConnection, changes: Mapping[object, bytes]
+) -> None:
+    """The same secrets under the new key; the version stays (the values did not change)."""
+    if not changes:
+        return
+    a = s.notification_provider_account
+    await conn.execute(
+        update(a).where(a.c.id == bindparam("row_key")).values(secret_ciphertext=bindparam("new")),
+        [{"row_key": key, "new": value} for key, value in changes.items()],
+    )

@@ -90,6 +90,7 @@ async def run_tick(
     settings: Settings,
     *,
     backfill_channels: Sequence[str],
+    backfill_tenants: Sequence[tuple[str, str]] = (),
     providers: Mapping[str, Provider] | None = None,
 ) -> TickReport:
     report = TickReport()
@@ -132,6 +133,14 @@ async def run_tick(
         report.backfilled = await delivery.backfill_unconfigured(
             conn,
             backfill_channels,
+            max_age_hours=settings.backfill_max_age_hours,
+            limit=SWEEP_LIMIT,
+        )
+
+    async def backfill_of_tenants(conn: AsyncConnection) -> None:
+        report.backfilled += await delivery.backfill_unconfigured_of_tenants(
+            conn,
+            backfill_tenants,
             max_age_hours=settings.backfill_max_age_hours,
             limit=SWEEP_LIMIT,
         )
@@ -180,6 +189,9 @@ async def run_tick(
     await sweep("wake_due_events", wake)
     if backfill_channels:
         await sweep("backfill_unconfigured", backfill)
+    if backfill_tenants:
+        # Channels configured only by a tenant's own provider account (herald.delivery.accounts).
+        await sweep("backfill_unconfigured_of_tenants", backfill_of_tenants)
     if providers is not None and "sms" in providers:
         await step("sms_credit_check", credit_check)
     if providers is not None and "email" in providers:

@@ -18,6 +18,7 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald import outages
+from herald.channels.accounts import NOTIFY_CHANNEL as ACCOUNTS_CHANNEL
 from herald.channels.base import Provider
 from herald.channels.providers import (
     build_providers,
@@ -29,6 +30,7 @@ from herald.config import Settings
 from herald.db import pooler
 from herald.db.engine import named
 from herald.db.presence import Presence
+from herald.delivery.accounts import TenantProviders
 from herald.delivery.queries import DELIVERY_CHANNEL
 from herald.delivery.worker import CONCURRENCY, Pace, deliver_batch, loops_of
 from herald.digests import service as digests
@@ -68,6 +70,8 @@ async def run_worker(
     own_providers = providers is None
     providers = dict(providers) if providers is not None else build_providers(settings)
     check_providers(settings, providers)
+    # Tenants' own provider accounts, rebuilt when one changes (herald.delivery.accounts).
+    tenant_providers = TenantProviders(settings, providers)
     vault = vault if vault is not None else build_vault(settings, engine)
     # Without a caller's publisher, publish realtime notices over Redis or NOTIFY (R-REALTIME-1).
     own_publisher: Publisher | None = None
@@ -78,6 +82,7 @@ async def run_worker(
     wakes: dict[str, Wake] = {
         FANOUT_CHANNEL: lambda _payload: fanout_wake.set(),
         DELIVERY_CHANNEL: sender_wakes.notified,
+        ACCOUNTS_CHANNEL: tenant_providers.notified,
     }
     # LISTEN and the presence lock need a session: HERALD_DATABASE_SESSION_URL when set.
     url = pooler.session_url(settings.database_session_url, engine)
@@ -130,6 +135,7 @@ async def run_worker(
                     tenant_id=tenant_id,
                     gate=gate,
                     pace=pace,
+                    accounts=tenant_providers,
                 )
                 return claimed > 0
 
@@ -161,7 +167,8 @@ async def run_worker(
     if maintenance:
         tasks.append(
             asyncio.create_task(
-                _maintenance(settings, engine, providers, stop), name="herald-maintenance"
+                _maintenance(settings, engine, providers, tenant_providers, stop),
+                name="herald-maintenance",
             )
         )
     log.info(
@@ -186,6 +193,7 @@ async def run_worker(
         await asyncio.gather(*tasks, return_exceptions=True)
         if webhook_client is not None:
             await webhook_client.aclose()
+        await tenant_providers.aclose()
         if own_providers:
             await close_providers(providers)
         await vault.aclose()
@@ -226,14 +234,27 @@ async def _loop(
 
 
 async def _maintenance(
-    settings: Settings, engine: AsyncEngine, providers: Mapping[str, Provider], stop: asyncio.Event
+    settings: Settings,
+    engine: AsyncEngine,
+    providers: Mapping[str, Provider],
+    tenant_providers: TenantProviders,
+    stop: asyncio.Event,
 ) -> None:
     """The periodic tick; every sweep catches its own failure (R-OPS-5)."""
     interval = max(1.0, min(settings.lease_seconds / 2, 30.0))
     backfill = configured_channels(providers)
     while not stop.is_set():
         try:
-            await run_tick(engine, settings, backfill_channels=backfill, providers=providers)
+            # A channel the deployment leaves unconfigured is re-driven for each tenant whose
+            # own account configures it.
+            await tenant_providers.refresh(engine)
+            await run_tick(
+                engine,
+                settings,
+                backfill_channels=backfill,
+                backfill_tenants=tenant_providers.configured_pairs(),
+                providers=providers,
+            )
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is not None:
