@@ -64,6 +64,8 @@ class TickReport:
     reclaimed_channels: list[str] = field(default_factory=list)
     dead_on_reclaim: int = 0
     requeued: int = 0
+    # deliverAt's in-app rows released into the inbox at their person's moment.
+    inbox_released: int = 0
     released_fanouts: int = 0
     backfilled: int = 0
     credit: CreditReading | None = None
@@ -118,6 +120,9 @@ async def run_tick(
 
     async def requeue(conn: AsyncConnection) -> None:
         report.requeued = await delivery.requeue_due_failures(conn, limit=SWEEP_LIMIT)
+
+    async def inbox(conn: AsyncConnection) -> None:
+        report.inbox_released = await delivery.release_due_inbox(conn, limit=SWEEP_LIMIT)
 
     async def release(conn: AsyncConnection) -> None:
         released = await fanout.release_stale_claims(
@@ -176,6 +181,7 @@ async def run_tick(
         for channel in report.reclaimed_channels:
             metrics.LEASE_EXPIRIES.labels(channel).inc()
     await sweep("requeue_due_failures", requeue)
+    await sweep("release_due_inbox", inbox)
     await sweep("release_stale_fanout_claims", release)
     await sweep("wake_due_events", wake)
     if backfill_channels:

@@ -53,6 +53,20 @@ class PreferenceOverride(_Model):
     enabled: StrictBool
 
 
+class QuietHours(_Model):
+    """Hours in which nothing but the inbox reaches the person: email, SMS, push, Telegram,
+    Slack and Teams due inside wait until `end` (unsuppressible security kinds such as a one-time
+    code do not). Local wall-clock times HH:MM; an `end` before `start` wraps past midnight
+    (21:00-07:00). `timezone` is an IANA zone; left out, the person's own zone from the
+    directory (else the deployment's default)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"start": "21:00", "end": "07:00"}]})
+
+    start: Annotated[str, Field(min_length=1, max_length=16)]
+    end: Annotated[str, Field(min_length=1, max_length=16)]
+    timezone: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+
+
 class PreferencesView(_Model):
     # 0 while the person has never saved.
     version: int
@@ -63,6 +77,8 @@ class PreferencesView(_Model):
     # PUT takes: every other cell is a default or follows a global switch. Echoing them back in a
     # PUT keeps them.
     overrides: list[PreferenceOverride]
+    # The person's quiet hours; null when they set none.
+    quiet_hours: QuietHours | None = None
 
 
 class PreferencesUpdate(_Model):
@@ -89,6 +105,8 @@ class PreferencesUpdate(_Model):
     # Global switches: false mutes the channel; true (or absent) means "not muted".
     channels: dict[_Channel, StrictBool] = Field(default_factory=dict, max_length=MAX_CHANNELS)
     overrides: list[PreferenceOverride] = Field(default_factory=list, max_length=MAX_OVERRIDES)
+    # Quiet hours; left out or null means none (the body replaces the whole set).
+    quiet_hours: QuietHours | None = None
 
 
 class PreferencesSaved(_Model):

@@ -98,6 +98,7 @@ async def run_worker(
             stop=stop,
             tenant_id=tenant_id,
             holder=here.holder,
+            default_timezone=settings.default_timezone,
         )
 
     tasks = [asyncio.create_task(_listen(url, wakes, stop), name="herald-listen")]

@@ -27,6 +27,20 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+class DeliverAt(_Model):
+    """Deliver at each recipient's own wall-clock time, in their IANA zone from the directory
+    (HERALD_DEFAULT_TIMEZONE for a person with none): `localTime` HH:MM, optionally on one local
+    `date` (YYYY-MM-DD); without a date, the next such time at or after the event's fan-out.
+    Not together with `scheduledFor`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"localTime": "09:00", "date": "2026-12-08"}]}
+    )
+
+    local_time: str = Field(min_length=1, max_length=16)
+    date: str | None = Field(default=None, min_length=1, max_length=32)
+
+
 class EventCreate(_Model):
     kind: str = Field(min_length=1, max_length=200)
     audience: dict[str, Any]
@@ -34,6 +48,7 @@ class EventCreate(_Model):
     variables: dict[str, Any] = Field(default_factory=dict)
     action_url: str | None = Field(default=None, max_length=2048)
     scheduled_for: Moment | None = None
+    deliver_at: DeliverAt | None = None
 
 
 class EventCreated(_Model):
