@@ -385,10 +385,14 @@ async def test_quiet_hours_round_trip_through_the_preference_api(
     )
     assert again.status_code == 200, again.text
     assert tuple(await stored_quiet(engine, who.id)) == (2, time(22, 30), time(6, 15), LONDON)
-    # The body replaces the whole set: left out, they are gone.
-    cleared = await save_quiet(client, settings, tenant, "ktm", None, 2)
+    # Left out of a body (a client that predates quiet hours), they are kept...
+    kept = await client.put(PREFS, headers=headers, json={"version": 2})
+    assert kept.status_code == 200, kept.text
+    assert tuple(await stored_quiet(engine, who.id)) == (3, time(22, 30), time(6, 15), LONDON)
+    # ...and null clears them.
+    cleared = await save_quiet(client, settings, tenant, "ktm", None, 3)
     assert cleared.status_code == 200
-    assert tuple(await stored_quiet(engine, who.id)) == (3, None, None, None)
+    assert tuple(await stored_quiet(engine, who.id)) == (4, None, None, None)
 
 
 @pytest.mark.parametrize(
@@ -543,3 +547,21 @@ def test_window_helper_never_gives_an_empty_window() -> None:
     start, end = window_around(datetime(2026, 12, 8, 18, 0, tzinfo=UTC), KATHMANDU)
     assert (start, end) == ("22:45", "01:45")
     assert date(2026, 12, 8)  # the window wraps past midnight here
+
+
+async def test_erasing_a_person_clears_their_quiet_hours(
+    client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str
+) -> None:
+    """Quiet hours live on the preference set, which goes with the person (its foreign key's
+    cascade, herald.directory.queries.erasure)."""
+    from herald.db import tenancy
+    from herald.directory import service as directory
+
+    who = await resident(engine, tenant, "ktm", KATHMANDU)
+    saved = await save_quiet(client, settings, tenant, "ktm", {"start": "21:00", "end": "07:00"})
+    assert saved.status_code == 200
+    assert await stored_quiet(engine, who.id) is not None
+    async with engine.begin() as conn:
+        await tenancy.enter_tenant(conn, tenant)
+        await directory.erase_person(conn, tenant, "ktm")
+    assert await stored_quiet(engine, who.id) is None

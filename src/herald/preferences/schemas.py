@@ -105,7 +105,8 @@ class PreferencesUpdate(_Model):
     # Global switches: false mutes the channel; true (or absent) means "not muted".
     channels: dict[_Channel, StrictBool] = Field(default_factory=dict, max_length=MAX_CHANNELS)
     overrides: list[PreferenceOverride] = Field(default_factory=list, max_length=MAX_OVERRIDES)
-    # Quiet hours; left out or null means none (the body replaces the whole set).
+    # Quiet hours: null clears them; left out keeps what is stored (the one part of the set a
+    # body may leave out without resetting it, so a client that predates it never clears it).
     quiet_hours: QuietHours | None = None
 
 

@@ -322,5 +322,8 @@ async def save_preferences(
         raise PreferenceVersionConflict()
     await queries.replace_channel_switches(conn, tenant_id, person_id, switches)
     await queries.replace_category_overrides(conn, tenant_id, person_id, overrides)
-    await queries.set_quiet_hours(conn, tenant_id, person_id, quiet)
+    if "quiet_hours" in update.model_fields_set:
+        # Left out: kept as stored (a client written before quiet hours existed never clears
+        # them); null: none.
+        await queries.set_quiet_hours(conn, tenant_id, person_id, quiet)
     return PreferencesSaved(version=version)
