@@ -28,6 +28,15 @@ _Channel = Annotated[_Name, WithJsonSchema({"type": "string", "enum": list(CHANN
 _Category = Annotated[_Name, WithJsonSchema({"type": "string", "enum": list(CATEGORIES)})]
 
 
+# HH:MM, published as the pattern it must match; checked by the service, so a malformed time is
+# 422 NOTIFICATION_QUIET_HOURS_INVALID like the other quiet-hours refusals.
+_LocalTime = Annotated[
+    str,
+    Field(min_length=1, max_length=16),
+    WithJsonSchema({"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}),
+]
+
+
 def _whole_number(value: object) -> object:
     # JSON Schema counts 3.0 as an integer; strict mode alone would refuse it.
     if type(value) is float and value.is_integer():
@@ -62,8 +71,8 @@ class QuietHours(_Model):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"start": "21:00", "end": "07:00"}]})
 
-    start: Annotated[str, Field(min_length=1, max_length=16)]
-    end: Annotated[str, Field(min_length=1, max_length=16)]
+    start: _LocalTime
+    end: _LocalTime
     timezone: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 

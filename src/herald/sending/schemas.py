@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -37,8 +37,18 @@ class DeliverAt(_Model):
         json_schema_extra={"examples": [{"localTime": "09:00", "date": "2026-12-08"}]}
     )
 
-    local_time: str = Field(min_length=1, max_length=16)
-    date: str | None = Field(default=None, min_length=1, max_length=32)
+    # Published as the shapes they must have; checked by the service (400
+    # NOTIFICATION_DELIVER_AT_INVALID), which also refuses a date passed on every clock.
+    local_time: Annotated[
+        str,
+        Field(min_length=1, max_length=16),
+        WithJsonSchema({"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}),
+    ]
+    date: Annotated[
+        str | None,
+        Field(min_length=1, max_length=32),
+        WithJsonSchema({"type": "string", "format": "date"}),
+    ] = None
 
 
 class EventCreate(_Model):
