@@ -230,7 +230,15 @@ async def test_deliver_at_nine_reaches_kathmandu_and_london_at_their_own_nine(
 
     # 09:00 comes in Kathmandu.
     await move_due(engine, tenant, "ktm", lambda _: func.now())
-    await run_tick(engine, settings, backfill_channels=[])
+    told: list[Any] = []
+
+    async def publish(notices: Any) -> None:
+        told.extend(notices)
+
+    report = await run_tick(engine, settings, backfill_channels=[], publish=publish)
+    assert report.inbox_released == 1
+    # The live stream hears of it as it would of a fan-out's row (no title, no body).
+    assert [(n.tenant_id, n.kind) for n in told] == [(tenant, "announcement.posted")]
     provider = ScriptedProvider("email")
     assert await deliver(engine, provider, vault, settings, tenant)() == 1
     rows = await rows_of(engine, tenant)

@@ -213,8 +213,9 @@ async def requeue_due_failures(conn: AsyncConnection, limit: int) -> list[str]:
     ]
 
 
-async def release_due_inbox(conn: AsyncConnection, limit: int) -> int:
-    return len((await conn.execute(SQL["release_due_inbox"], {"limit": limit})).all())
+async def release_due_inbox(conn: AsyncConnection, limit: int) -> list[dict[str, Any]]:
+    result = await conn.execute(SQL["release_due_inbox"], {"limit": limit})
+    return [dict(row) for row in result.mappings()]
 
 
 async def reclaim_expired_leases(

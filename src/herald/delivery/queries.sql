@@ -289,10 +289,13 @@ WITH due AS (
 )
 UPDATE notification_delivery d
    SET status = 'delivered', delivered_at = now()
-  FROM due
+  FROM due, notification_recipient r, notification_event e
  WHERE d.id = ANY(ARRAY(SELECT due.delivery_id FROM due)) AND d.id = due.delivery_id
    AND d.occurred_at = due.occurred_at AND d.status = 'queued'
-RETURNING d.id;
+   AND r.id = d.recipient_id AND r.occurred_at = d.occurred_at AND e.id = d.event_id
+-- What the realtime notice of each may say (herald.fanout.service.InAppNotice): no title, no body.
+RETURNING d.id, d.tenant_id, r.user_id AS person_id, r.public_id AS recipient_public_id, e.kind,
+          e.category, e.priority, e.occurred_at, r.audience_role_id;
 
 -- name: reclaim_expired_leases
 -- Reaper sweep 1: a claimed queue row whose lease has passed is reclaimed, never left stranded

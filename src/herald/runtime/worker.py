@@ -162,7 +162,8 @@ async def run_worker(
     if maintenance:
         tasks.append(
             asyncio.create_task(
-                _maintenance(settings, engine, providers, stop), name="herald-maintenance"
+                _maintenance(settings, engine, providers, stop, publish),
+                name="herald-maintenance",
             )
         )
     log.info(
@@ -227,14 +228,20 @@ async def _loop(
 
 
 async def _maintenance(
-    settings: Settings, engine: AsyncEngine, providers: Mapping[str, Provider], stop: asyncio.Event
+    settings: Settings,
+    engine: AsyncEngine,
+    providers: Mapping[str, Provider],
+    stop: asyncio.Event,
+    publish: Publish | None = None,
 ) -> None:
     """The periodic tick; every sweep catches its own failure (R-OPS-5)."""
     interval = max(1.0, min(settings.lease_seconds / 2, 30.0))
     backfill = configured_channels(providers)
     while not stop.is_set():
         try:
-            await run_tick(engine, settings, backfill_channels=backfill, providers=providers)
+            await run_tick(
+                engine, settings, backfill_channels=backfill, providers=providers, publish=publish
+            )
         except Exception as exc:
             dependency = outages.unavailable(exc)
             if dependency is not None:
