@@ -18,7 +18,9 @@ from herald.scheduling import clock
 
 LONDON = clock.zone("Europe/London")
 KATHMANDU = clock.zone("Asia/Kathmandu")
-ZONES = ["Europe/London", "Asia/Kathmandu", "America/New_York", "Australia/Lord_Howe", "UTC"]
+NAMED = ["Europe/London", "Asia/Kathmandu", "America/New_York", "Australia/Lord_Howe", "UTC"]
+# The named zones often, and any zone of the installed database.
+ZONE_NAMES = st.one_of(st.sampled_from(NAMED), st.sampled_from(sorted(clock.iana_zones())))
 
 
 def utc(*parts: int) -> datetime:
@@ -98,8 +100,8 @@ moments = st.datetimes(
 )
 
 
-@settings(max_examples=400, deadline=None)
-@given(zone=st.sampled_from(ZONES), moment=moments, start=times, end=times)
+@settings(max_examples=1500, deadline=None)
+@given(zone=ZONE_NAMES, moment=moments, start=times, end=times)
 def test_quiet_until_is_the_next_end_and_only_inside_the_window(
     zone: str, moment: datetime, start: time, end: time
 ) -> None:
@@ -124,8 +126,8 @@ def test_quiet_until_is_the_next_end_and_only_inside_the_window(
         assert local.time().replace(tzinfo=None) == end
 
 
-@settings(max_examples=300, deadline=None)
-@given(zone=st.sampled_from(ZONES), after=moments, at=times)
+@settings(max_examples=1000, deadline=None)
+@given(zone=ZONE_NAMES, after=moments, at=times)
 def test_next_local_moment_is_the_first_at_or_after(zone: str, after: datetime, at: time) -> None:
     """The next deliverAt moment is at or after the fan-out, within a day and an hour, is the
     reminders' instant for its local day, and no earlier day's instant lies in between."""
@@ -140,3 +142,27 @@ def test_next_local_moment_is_the_first_at_or_after(zone: str, after: datetime, 
         raise AssertionError("the moment is no day's occurrence")
     earlier = clock.occurrence_on(day - timedelta(days=1), at, tz)
     assert not (after <= earlier < found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(after=moments, at=times, dated=st.booleans())
+def test_the_fan_out_gives_every_zone_its_own_moment(
+    after: datetime, at: time, dated: bool
+) -> None:
+    """The fan-out's zone → moment table (herald.fanout.service.local_moments): one entry per
+    IANA zone, each the clock's own rule for that zone — a Kathmandu and a London recipient of
+    the same event get their own `at`."""
+    from herald.fanout.service import local_moments
+
+    day = after.date() + timedelta(days=2) if dated else None
+    table = local_moments(at, day, after)
+    assert set(table) == clock.iana_zones()
+    floor = after.replace(second=0, microsecond=0)
+    for name in (KATHMANDU.key, LONDON.key):
+        tz = clock.zone(name)
+        expected = (
+            clock.local_moment(day, at, tz) if day else clock.next_local_moment(floor, at, tz)
+        )
+        assert table[name] == expected
+        if not clock.is_skipped(expected.astimezone(tz).date(), at, tz):
+            assert expected.astimezone(tz).time().replace(tzinfo=None) == at

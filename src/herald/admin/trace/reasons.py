@@ -128,10 +128,17 @@ def delivery_reason(
             return "queued_replay", f"A replay, waiting to be sent by {word}."
         until = row.get("waiting_until")
         if until is not None:
+            moment = until.astimezone(UTC).isoformat()
+            if channel == "in_app":
+                return (
+                    "waiting",
+                    f"waiting until {moment}: the person's own hour (deliverAt), then shown in "
+                    "their inbox.",
+                )
             return (
                 "waiting",
-                f"waiting until {until.astimezone(UTC).isoformat()}: the person's own hour "
-                f"(deliverAt) or the end of their quiet hours, then sent by {word}.",
+                f"waiting until {moment}: the person's own hour (deliverAt) or the end of their "
+                f"quiet hours, then sent by {word}.",
             )
         if row.get("attempts"):
             return "queued_retry", f"Waiting for another try on {word} after an earlier failure."
