@@ -15,7 +15,9 @@ in-app wording per template locale). The statement is a chain of CTEs:
          decides skipped_no_template, the person's status skipped_recipient_gone, the stored
          preferences (joined per row: override, then channel switch, then the category's code
          default, unless the kind is unsuppressible) skipped_preference (R-FANOUT-11), then
-         in_app delivered with its wording (R-FANOUT-12) and remote channels queued (R-FANOUT-1)
+         in_app delivered with its wording (R-FANOUT-12) and remote channels queued (R-FANOUT-1);
+         for a deliverAt event every row is due at its person's own moment (their zone's entry
+         of the event's zone → moment table) and the in-app row is queued until then too
   result one row: the page's length and last person (the cursor), the counts, and the in-app
          rows for the realtime notices published after commit.
 
@@ -83,7 +85,8 @@ def statement(
     `wording_params` (read afresh for every batch), and for a `deliver_at` event each zone's
     moment the parameters of `deliver_params`: every delivery is due at its person's moment
     (their directory zone's, else the default's), and the in-app row is held on the queue until
-    then (queued, not delivered: herald.delivery.inbox releases it into the inbox)."""
+    then (queued, not delivered: the maintenance tick's release_due_inbox, in
+    herald.delivery, makes it delivered at that moment)."""
     pg = page.cte("page")
     r = s.notification_recipient
     ro = s.role
