@@ -573,3 +573,36 @@ async def test_erasing_a_person_clears_their_quiet_hours(
         await tenancy.enter_tenant(conn, tenant)
         await directory.erase_person(conn, tenant, "ktm")
     assert await stored_quiet(engine, who.id) is None
+
+
+async def test_a_deliver_at_moment_inside_quiet_hours_waits_for_their_end(
+    client: AsyncClient, engine: AsyncEngine, settings: Settings, tenant: str, vault: Vault
+) -> None:
+    """deliverAt 09:00 for someone quiet from 08:00 to 10:00: at 09:00 the email is held until
+    10:00 on that day, then sent."""
+    await resident(engine, tenant, "ktm", KATHMANDU)
+    saved = await save_quiet(client, settings, tenant, "ktm", {"start": "08:00", "end": "10:00"})
+    assert saved.status_code == 200, saved.text
+    day = (await db_now(engine)).date() + timedelta(days=3)
+    answer = await client.post(
+        "/v1/events",
+        headers=await events_key(engine, tenant),
+        json=announcement(
+            audience={"kind": "users", "userIds": ["ktm"]},
+            channels=["email"],
+            deliverAt={"localTime": "09:00", "date": day.isoformat()},
+        ),
+    )
+    assert answer.status_code == 201, answer.text
+    await run_to_completion(engine, tenant)
+    # 09:00 comes (four days earlier, so it is due now and on a day of its own).
+    await move_due(engine, tenant, "ktm", lambda column: column - timedelta(days=4))
+    provider = ScriptedProvider("email")
+    assert await deliver(engine, provider, vault, settings, tenant)() == 0
+    row = (await rows_of(engine, tenant))[("ktm", "email")]
+    tz = clock.zone(KATHMANDU)
+    assert row["queue_due"] == clock.local_moment(day - timedelta(days=4), time(10), tz)
+    assert row["status"] == "queued" and provider.messages == []
+    # 10:00 on that day has passed too: the next claim sends it.
+    assert await deliver(engine, provider, vault, settings, tenant)() == 1
+    assert (await rows_of(engine, tenant))[("ktm", "email")]["status"] == "sent"
