@@ -77,6 +77,7 @@ export function muteAnnouncementEmail(client: UserClient): Promise<number> {
   return savePreferences(client, (current) => ({
     version: current.version,
     channels: current.channels,
+    quietHours: current.quietHours,
     overrides: [
       ...current.overrides.filter(
         (o) => !(o.category === "announcement" && o.channel === "email"),

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from herald import vocabulary
 
 DEFAULT_FOLLOWUP_SWEEP_SECONDS = 60
+# Every tenant's zone for a person whose directory record names none (HERALD_DEFAULT_TIMEZONE).
+DEFAULT_TIMEZONE = "Asia/Kathmandu"
 # The providers HERALD_EMAIL_PROVIDERS and HERALD_SMS_PROVIDERS may name (a mock only alone).
 EMAIL_PROVIDERS = ("smtp", "smtp_backup", "resend", "mock")
 SMS_PROVIDERS = ("aakash", "twilio", "mock")
@@ -427,6 +429,11 @@ class Settings(BaseSettings):
     this many credits Herald logs a warning, posts it to the operations feed and emails the support
     mailbox. 0..100000000.
     """
+    default_timezone: str = DEFAULT_TIMEZONE
+    """The IANA time zone of a person whose directory record names none (or names one the IANA
+    database does not know): `deliverAt` and quiet hours are read on its wall clock. Herald keeps
+    no tenant record, so this is every tenant's zone.
+    """
     # The tenant whose operations feed carries deployment-wide warnings (the SMS credit is one
     # account for every tenant).
     ops_tenant: str = Field(default="system", min_length=1, max_length=200)
@@ -688,13 +695,14 @@ class Settings(BaseSettings):
             raise ValueError(f"set one JWT key source, not {' and '.join(given)}")
         return self
 
-    @field_validator("credit_check_timezone")
+    @field_validator("credit_check_timezone", "default_timezone")
     @classmethod
-    def _known_timezone(cls, value: str) -> str:
+    def _known_timezone(cls, value: str, info: ValidationInfo) -> str:
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError, OSError):
-            raise ValueError(f"HERALD_CREDIT_CHECK_TIMEZONE: unknown time zone {value!r}") from None
+            name = f"HERALD_{(info.field_name or '').upper()}"
+            raise ValueError(f"{name}: unknown time zone {value!r}") from None
         return value
 
     @model_validator(mode="after")

@@ -91,6 +91,14 @@ class VariablesInvalid(ValidationFailed):
     code = "NOTIFICATION_VARIABLES_INVALID"
 
 
+class DeliverAtInvalid(ValidationFailed):
+    """deliverAt is not valid: `localTime` must be HH:MM from 00:00 to 23:59, `date` a real
+    calendar date YYYY-MM-DD whose time has not passed everywhere on Earth and is at most a year
+    ahead, and deliverAt cannot be given with scheduledFor."""
+
+    code = "NOTIFICATION_DELIVER_AT_INVALID"
+
+
 class SecretInVariables(ValidationFailed):
     """A secret must be passed as {"secretRef": …}, never as a variable."""
 
@@ -337,6 +345,14 @@ class PreferenceInvalid(ValidationFailed):
     """The preferences name a channel or category Herald does not know."""
 
     code = "NOTIFICATION_PREFERENCE_INVALID"
+
+
+class QuietHoursInvalid(HeraldError):
+    """The quiet hours are not valid: start and end must be local times HH:MM that differ, and
+    the zone an IANA time zone name (like Asia/Kathmandu)."""
+
+    code = "NOTIFICATION_QUIET_HOURS_INVALID"
+    status = 422
 
 
 class PreferenceVersionConflict(Conflict):

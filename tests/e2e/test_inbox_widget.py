@@ -723,3 +723,61 @@ def _switch_browser_notifications(stack: Stack, origin: str, tab: Tab) -> str | 
             stack.tenant,
         ) == [(0,)]
     return None
+
+
+def test_quiet_hours_in_the_preferences_tab(stack: Stack, host: tuple[str, Path], tab: Tab) -> None:
+    """The preferences tab's Quiet hours switch saves 21:00-07:00 (the whole set, at the version
+    read); changing the end saves again; a start equal to its end is refused (422
+    NOTIFICATION_QUIET_HOURS_INVALID) and the stored hours are shown again; off clears them.
+    Nepali texts follow the page's lang."""
+    origin, _ = host
+    page = tab.page
+    headers = {"Authorization": f"Bearer {stack.token}"}
+
+    def stored() -> Any:
+        answer = httpx.get(f"{stack.api_url}/v1/me/preferences", headers=headers, timeout=10)
+        return answer.json()["quietHours"]
+
+    def act(element: str, value: str | None = None) -> None:
+        """Click the switch, or set a time as the picker does (its change event)."""
+        if value is None:
+            page.evaluate(f"() => {WIDGET}.getElementById('{element}').click()")
+        else:
+            page.evaluate(
+                f"() => {{ const i = {WIDGET}.getElementById('{element}'); i.value = '{value}';"
+                " i.dispatchEvent(new Event('change')); }"
+            )
+
+    def saved_ok(version: int) -> None:
+        page.wait_for_function(
+            f"() => {WIDGET}.getElementById('prefs-version').textContent === 'version {version}'"
+            f" && {WIDGET}.getElementById('prefs-status').dataset.kind === 'ok'"
+        )
+
+    with evidence(tab, "widget-quiet-hours", expected=("status of 401", "status of 422")):
+        page.goto(f"{origin}/index.html")
+        _wait_live(page)
+        page.click("#bell")
+        _tab_to(page, lambda a: a.get("id") == "tab-inbox")
+        page.keyboard.press("ArrowRight")
+        assert _active(page)["id"] == "tab-prefs"
+        version = int((page.text_content("#prefs-version") or "").removeprefix("version "))
+        assert "Quiet hours" in (page.text_content(".quiet") or "")
+        assert page.locator("#quiet-start").is_disabled()
+        act("quiet-on")
+        saved_ok(version + 1)
+        assert stored() == {"start": "21:00", "end": "07:00", "timezone": None}
+        act("quiet-end", "06:30")
+        saved_ok(version + 2)
+        assert stored() == {"start": "21:00", "end": "06:30", "timezone": None}
+        act("quiet-end", "21:00")
+        page.wait_for_selector("#prefs-status[data-kind='error']", state="attached")
+        assert "NOTIFICATION_QUIET_HOURS_INVALID" in (page.text_content("#prefs-status") or "")
+        assert page.evaluate(f"() => {WIDGET}.getElementById('quiet-end').value") == "06:30"
+        act("quiet-on")
+        saved_ok(version + 3)
+        assert stored() is None
+        page.evaluate("document.documentElement.lang = 'ne'")
+        page.wait_for_function(
+            f"() => {WIDGET}.querySelector('.quiet').textContent.includes('शान्त समय')"
+        )

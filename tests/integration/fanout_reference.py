@@ -36,9 +36,11 @@ async def write_page(
     cursor: int,
     batch_size: int,
     outcome: BatchOutcome,
+    default_timezone: str | None = None,
 ) -> tuple[int, int | None]:
     """One page of the audience written row by row; returns the page's length and its last
-    person id (None for an empty page), as the set-based write does."""
+    person id (None for an empty page), as the set-based write does. (No deliverAt: the
+    reference writes every delivery due now; `default_timezone` is the set-based write's.)"""
     members = await audience.resolve_audience_page(
         conn,
         event.tenant_id,

@@ -228,6 +228,8 @@ def test_the_claim_walks_the_due_index_in_order_under_a_generic_plan(
     [
         ("reclaim_expired_leases", "notification_delivery_queue_lease_idx"),
         ("requeue_due_failures", "notification_delivery_failed_due_idx"),
+        # deliverAt's inbox rows: the queue's due index, channel 'in_app' (a constant).
+        ("release_due_inbox", "notification_delivery_queue_due_idx"),
         ("backfill_unconfigured", "notification_delivery_unconfigured_idx"),
     ],
 )

@@ -815,7 +815,7 @@ async def test_get_lists_the_explicit_overrides_beside_the_effective_cells(
     who = await person(engine, tenant)
     headers = auth(settings, tenant, who)
     before = (await client.get(URL, headers=headers)).json()
-    assert set(before) == {"version", "channels", "categories", "overrides"}
+    assert set(before) == {"version", "channels", "categories", "overrides", "quietHours"}
     assert before["overrides"] == []
 
     chosen = [

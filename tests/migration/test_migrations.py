@@ -986,3 +986,57 @@ def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
     migrate.downgrade(empty_database, "0030")
     assert catalog(empty_database) == before
     migrate.upgrade(empty_database)
+
+
+def test_local_time_and_quiet_hours_migration(empty_database: str) -> None:
+    """0033 on a database holding events and a preference set: they read NULL for the new
+    columns; an event takes a local time (and date) but not with scheduledFor, a set takes
+    quiet hours as a pair with start and end apart; down gives back 0030's catalog with the
+    rows still there."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0020")
+    with psycopg.connect(url) as conn:
+        conn.execute(POPULATE_0020)
+    migrate.upgrade(empty_database, "0030")
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO notification_preference_set (tenant_id, person_id, version) "
+            "SELECT tenant_id, id, 1 FROM person ORDER BY id LIMIT 1"
+        )
+        kept = conn.execute(ROWS).fetchone()
+    before = catalog(empty_database)
+
+    migrate.upgrade(empty_database, "0033")
+    event = (
+        "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, "
+        "channels, dedupe_key, deliver_local_time, deliver_local_date, scheduled_for) "
+        "VALUES ('t', 'k', 'announcement', 'normal', '{\"kind\": \"all_users\"}', "
+        "ARRAY['sms'], md5(%s) || md5('x'), %s, %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        assert conn.execute(ROWS).fetchone() == kept
+        assert conn.execute(
+            "SELECT quiet_hours_start, quiet_hours_end, quiet_hours_timezone "
+            "FROM notification_preference_set"
+        ).fetchall() == [(None, None, None)]
+        conn.execute(event, ("a", "09:00", "2026-12-08", None))
+        conn.execute(event, ("b", "09:00", None, None))
+        conn.execute(
+            "UPDATE notification_preference_set SET quiet_hours_start = '21:00', "
+            "quiet_hours_end = '07:00', quiet_hours_timezone = 'Asia/Kathmandu'"
+        )
+        for bad in [("c", None, "2026-12-08", None), ("d", "09:00", None, datetime.now(UTC))]:
+            with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+                conn.execute(event, bad)
+        for start, end in [("21:00", None), ("07:00", "07:00")]:
+            with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+                conn.execute(
+                    "UPDATE notification_preference_set SET quiet_hours_start = %s, "
+                    "quiet_hours_end = %s",
+                    (start, end),
+                )
+        conn.execute("DELETE FROM notification_event WHERE deliver_local_time IS NOT NULL")
+    migrate.downgrade(empty_database, "0030")
+    assert catalog(empty_database) == before
+    with psycopg.connect(url) as conn:
+        assert conn.execute(ROWS).fetchone() == kept

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     ForeignKey,
     ForeignKeyConstraint,
     Identity,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    Time,
     UniqueConstraint,
     text,
 )
@@ -244,6 +246,10 @@ notification_event = Table(
     Column("dedupe_key", String(64), nullable=False),
     Column("request_id", Text),
     Column("scheduled_for", TZ),
+    # deliverAt (issue 45, migration 0033): each recipient's own wall-clock time, optionally on
+    # one local date; the fan-out turns it into each person's moment (herald.scheduling.clock).
+    Column("deliver_local_time", Time),
+    Column("deliver_local_date", Date),
     Column("occurred_at", TZ, nullable=False, server_default=NOW),
     _created_at(),
     Column("cancelled_at", TZ),
@@ -285,6 +291,12 @@ notification_event = Table(
         name="variables_no_secret",
     ),
     CheckConstraint("length(dedupe_key) = 64", name="dedupe_key_hash"),
+    CheckConstraint(
+        "deliver_local_time IS NOT NULL OR deliver_local_date IS NULL", name="deliver_at_pair"
+    ),
+    CheckConstraint(
+        "deliver_local_time IS NULL OR scheduled_for IS NULL", name="deliver_at_or_scheduled"
+    ),
     # Completion and its COUNT move together in one UPDATE (R-FANOUT-9).
     CheckConstraint(
         "(fanout_completed_at IS NULL) = (recipient_count IS NULL)", name="completion_pair"
@@ -607,7 +619,18 @@ notification_preference_set = Table(
     Column("version", Integer, nullable=False),
     _created_at(),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
+    # Quiet hours (issue 45, migration 0033): local wall-clock start and end, [start, end),
+    # wrapping past midnight when end < start; in quiet_hours_timezone, else the person's own
+    # zone, else HERALD_DEFAULT_TIMEZONE (herald.scheduling.clock). Both or neither.
+    Column("quiet_hours_start", Time),
+    Column("quiet_hours_end", Time),
+    Column("quiet_hours_timezone", Text),
     CheckConstraint("version >= 1", name="version_positive"),
+    CheckConstraint(
+        "(quiet_hours_start IS NULL AND quiet_hours_end IS NULL) OR (quiet_hours_start IS NOT"
+        " NULL AND quiet_hours_end IS NOT NULL AND quiet_hours_start <> quiet_hours_end)",
+        name="quiet_hours_pair",
+    ),
 )
 
 notification_channel_preference = Table(

@@ -214,6 +214,11 @@ async def requeue_due_failures(conn: AsyncConnection, limit: int) -> list[str]:
     ]
 
 
+async def release_due_inbox(conn: AsyncConnection, limit: int) -> list[dict[str, Any]]:
+    result = await conn.execute(SQL["release_due_inbox"], {"limit": limit})
+    return [dict(row) for row in result.mappings()]
+
+
 async def reclaim_expired_leases(
     conn: AsyncConnection, max_attempts: int, limit: int
 ) -> list[dict[str, Any]]:
@@ -417,3 +422,21 @@ async def deliveries_in_flight(conn: AsyncConnection, event_id: int) -> bool:
     async with _through_an_index(conn):
         row = (await conn.execute(SQL["deliveries_in_flight"], {"event_id": event_id})).one()
     return bool(row.busy)
+
+
+async def hold_until(
+    conn: AsyncConnection, held: Sequence[tuple[int, datetime, datetime]], span: Span
+) -> set[int]:
+    """Put claimed rows back on the queue unclaimed, due at their moment: (id, claim, until)."""
+    if not held:
+        return set()
+    result = await conn.execute(
+        SQL["hold_until"],
+        {
+            "ids": bigint_array(row[0] for row in held),
+            "claims": [row[1] for row in held],
+            "untils": [row[2] for row in held],
+        }
+        | _span_params(span),
+    )
+    return {int(row[0]) for row in result}

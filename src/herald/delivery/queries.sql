@@ -97,7 +97,7 @@ WITH d AS MATERIALIZED (
            d.failure_count,
            (SELECT q.claimed_at FROM notification_delivery_queue q WHERE q.delivery_id = d.id)
                AS claimed_at,
-           d.recipient_id, d.event_id, d.occurred_at
+           d.recipient_id, d.event_id, d.occurred_at, d.next_attempt_at
       FROM notification_delivery d
      WHERE d.id = ANY(CAST(:ids AS bigint[]))
        AND d.occurred_at BETWEEN :first_at AND :last_at
@@ -110,6 +110,10 @@ SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.p
        p.slack_id, p.slack_can_write, p.teams_webhook_url, p.teams_can_write,
        t.token AS push_token, t.platform AS push_platform, t.is_active AS push_active,
        t.webpush_p256dh AS push_p256dh, t.webpush_auth AS push_auth,
+       -- Quiet hours (issue 45): the row's due time, the person's window and zones; one probe of
+       -- the preference set's key a row (herald.delivery.quiet).
+       d.next_attempt_at AS due_at, p.timezone AS person_timezone,
+       ps.quiet_hours_start, ps.quiet_hours_end, ps.quiet_hours_timezone,
        -- A hard bounce marked this email address or phone number undeliverable
        -- (herald.receipts, which hashes them the same way): one probe of the
        -- (tenant, channel, hash) key, for email, SMS and WhatsApp rows only.
@@ -131,8 +135,33 @@ SELECT d.id, CAST(d.public_id AS text) AS public_id, d.tenant_id, d.channel, d.p
          WHERE r.id = d.recipient_id AND r.occurred_at = d.occurred_at
          LIMIT 1) r
   LEFT JOIN person p ON p.id = r.user_id
+  LEFT JOIN notification_preference_set ps ON ps.person_id = p.id
   LEFT JOIN notification_push_token t ON t.id = d.provider_target_id AND d.channel = 'push'
  ORDER BY d.id;
+
+-- name: hold_until
+-- Quiet hours (herald.delivery.quiet): claimed rows due inside the person's quiet hours go back
+-- on the queue unclaimed, due when the hours end, in the claim's own transaction (so they never
+-- read `processing` and no attempt is counted); the delivery's next_attempt_at says the same
+-- (the trace's "waiting until"). Each queue row keeps the claim check: only a row this claim
+-- still holds is moved.
+WITH u AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS timestamptz[]),
+                         CAST(:untils AS timestamptz[])) AS u(id, claimed_at, until)
+), moved AS (
+    UPDATE notification_delivery_queue q
+       SET claimed_at = NULL, lease_expires_at = NULL, next_attempt_at = u.until
+      FROM u
+     WHERE q.delivery_id = ANY(CAST(:ids AS bigint[])) AND q.delivery_id = u.id
+       AND q.claimed_at IS NOT DISTINCT FROM u.claimed_at
+    RETURNING q.delivery_id, q.occurred_at, u.until
+)
+UPDATE notification_delivery d
+   SET next_attempt_at = moved.until
+  FROM moved
+ WHERE d.id = ANY(CAST(:ids AS bigint[])) AND d.id = moved.delivery_id
+   AND d.occurred_at BETWEEN :first_at AND :last_at AND d.occurred_at = moved.occurred_at
+RETURNING d.id;
 
 -- name: record_outcomes
 -- The recorder's one write for a batch of outcomes. Each row moves out of processing and clears
@@ -239,6 +268,34 @@ WITH entered AS (
     {{enter_queue}}
 )
 SELECT channel FROM entered;
+
+-- name: release_due_inbox
+-- deliverAt's inbox rows (herald.fanout.pagewrite): an in-app delivery held on the queue until
+-- its person's moment is delivered once it is due — it leaves the queue and becomes `delivered`
+-- in one statement, so the inbox shows it from that commit on and never twice. Found through the
+-- queue's due index (channel 'in_app', in due order), like a channel worker's claim.
+WITH due AS (
+    DELETE FROM notification_delivery_queue q
+     WHERE q.delivery_id = ANY(ARRAY(
+            SELECT c.delivery_id
+              FROM notification_delivery_queue c
+             WHERE c.claimed_at IS NULL
+               AND c.channel = 'in_app'
+               AND c.next_attempt_at <= now()
+             ORDER BY c.next_attempt_at, c.delivery_id
+             LIMIT :limit
+               FOR UPDATE SKIP LOCKED))
+    RETURNING q.delivery_id, q.occurred_at
+)
+UPDATE notification_delivery d
+   SET status = 'delivered', delivered_at = now()
+  FROM due, notification_recipient r, notification_event e
+ WHERE d.id = ANY(ARRAY(SELECT due.delivery_id FROM due)) AND d.id = due.delivery_id
+   AND d.occurred_at = due.occurred_at AND d.status = 'queued'
+   AND r.id = d.recipient_id AND r.occurred_at = d.occurred_at AND e.id = d.event_id
+-- What the realtime notice of each may say (herald.fanout.service.InAppNotice): no title, no body.
+RETURNING d.id, d.tenant_id, r.user_id AS person_id, r.public_id AS recipient_public_id, e.kind,
+          e.category, e.priority, e.occurred_at, r.audience_role_id;
 
 -- name: reclaim_expired_leases
 -- Reaper sweep 1: a claimed queue row whose lease has passed is reclaimed, never left stranded

@@ -51,6 +51,12 @@ async def requeue_due_failures(conn: AsyncConnection, *, limit: int) -> int:
     return len(await queries.requeue_due_failures(conn, limit))
 
 
+async def release_due_inbox(conn: AsyncConnection, *, limit: int) -> list[dict[str, Any]]:
+    """deliverAt's in-app rows whose person's moment has come: into the inbox (delivered).
+    Each row released, with what its realtime notice may say."""
+    return await queries.release_due_inbox(conn, limit)
+
+
 async def backfill_unconfigured(
     conn: AsyncConnection, channels: Sequence[str], *, max_age_hours: int, limit: int
 ) -> int:

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald import outages
 from herald.channels.base import Message, Provider, ProviderOutcome
 from herald.config import Settings
 from herald.db import tenancy
-from herald.delivery import queries, recorder
+from herald.delivery import queries, quiet, recorder
 from herald.delivery.accounts import TenantProviders
 from herald.delivery.recorder import Result
 from herald.delivery.send import Prepared, prepare
@@ -128,13 +128,15 @@ async def deliver_batch(
         overrides: dict[tuple[str, str], dict[OverrideKey, Override]] = {}
         for tenant, rows in _by_tenant(claimed).items():
             await tenancy.enter_tenant(conn, tenant)
-            loaded = await queries.load_send_contexts(
-                conn, [row[0] for row in rows], queries.span_of(row[2] for row in rows)
-            )
+            span = queries.span_of(row[2] for row in rows)
+            loaded = await queries.load_send_contexts(conn, [row[0] for row in rows], span)
+            loaded = await _hold_quiet(conn, loaded, span, registry, settings)
             await throttle.mark_throttled(conn, loaded, settings)
             pairs = sorted({(c["tenant_id"], c["kind"]) for c in loaded})
             overrides |= _overrides(await queries.published_overrides(conn, pairs))
             contexts.extend(loaded)
+    if not contexts:
+        return 0  # every row claimed waits for the end of quiet hours
     own: dict[str, Provider] = {}
     if accounts is not None:
         own = accounts.providers_of(sorted({c["tenant_id"] for c in contexts}), channel)
@@ -180,6 +182,27 @@ async def deliver_batch(
             await _record(engine, vault, pending, settings)
         calls.summary(len(contexts))
     return len(contexts)
+
+
+async def _hold_quiet(
+    conn: AsyncConnection,
+    loaded: list[dict[str, Any]],
+    span: queries.Span,
+    registry: Registry,
+    settings: Settings,
+) -> list[dict[str, Any]]:
+    """The rows to send now; those due inside the person's quiet hours go back on the queue,
+    due at their end, in this claim's transaction (herald.delivery.quiet)."""
+    held = []
+    for context in loaded:
+        until = quiet.held_until(context, registry, settings)
+        if until is not None:
+            held.append((context["id"], context["claimed_at"], until))
+    if not held:
+        return loaded
+    await queries.hold_until(conn, held, span)
+    waiting = {row[0] for row in held}
+    return [context for context in loaded if context["id"] not in waiting]
 
 
 async def _record(

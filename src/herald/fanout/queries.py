@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ class ClaimedEvent:
     # The request that recorded the event and its trace context (observability; may be None).
     origin_request_id: str | None = None
     traceparent: str | None = None
+    # deliverAt (issue 45): each recipient's own wall-clock time, optionally on one local date.
+    deliver_local_time: time | None = None
+    deliver_local_date: date | None = None
 
 
 async def claim_event(
@@ -279,3 +282,9 @@ async def wake_if_due(conn: AsyncConnection) -> None:
 
 async def fail_fanout(conn: AsyncConnection, event_id: int, token: uuid.UUID, error: str) -> None:
     await conn.execute(SQL["fail_fanout"], {"event_id": event_id, "token": token, "error": error})
+
+
+async def now(conn: AsyncConnection) -> datetime:
+    """The database's clock (the moment a deliverAt batch is written)."""
+    moment: datetime = (await conn.execute(select(func.now()))).scalar_one()
+    return moment

@@ -26,7 +26,7 @@ RETURNING e.id, e.tenant_id;
 -- returns ids only).
 SELECT id, tenant_id, public_id, kind, category, priority, audience, channels, variables,
        action_url, occurred_at, fanout_cursor, fanout_attempts, audience_frozen_at,
-       origin_request_id, traceparent
+       origin_request_id, traceparent, deliver_local_time, deliver_local_date
   FROM notification_event
  WHERE id = :event_id;
 

@@ -11,17 +11,19 @@ function included. Realtime publishes happen after commit, outside this module (
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald.audience import service as audience
+from herald.config import DEFAULT_TIMEZONE
 from herald.db import compiled, presence, tenancy
 from herald.fanout import queries
 from herald.fanout.pagewrite import queries as pagewrite
@@ -29,6 +31,7 @@ from herald.fanout.queries import ClaimedEvent
 from herald.fanout.wording import in_app_wording
 from herald.kinds import Kind, Registry
 from herald.rendering.render import Override, OverrideKey
+from herald.scheduling import clock
 from herald.webhooks import service as webhooks
 
 log = logging.getLogger(__name__)
@@ -85,9 +88,11 @@ async def fan_out_batch(
     *,
     registry: Registry,
     batch_size: int,
+    default_timezone: str = DEFAULT_TIMEZONE,
 ) -> BatchOutcome:
     """Write one page of the event's fan-out, as the event's tenant. Never commits; the caller
-    owns the transaction."""
+    owns the transaction. `default_timezone`: the zone of a person the directory gives none
+    (deliverAt)."""
     # The page's plan depends on the tenant and the cursor (herald.audience.queries): the batch
     # statement is planned custom every batch, sent unprepared (_write_page_set).
     await tenancy.enter_tenant(conn, event.tenant_id)
@@ -101,7 +106,9 @@ async def fan_out_batch(
         log.error(
             "event %s names kind %s, which the registry no longer has", event.public_id, event.kind
         )
-    page_size, last = await _write_page_set(conn, event, kind, cursor, batch_size, outcome)
+    page_size, last = await _write_page_set(
+        conn, event, kind, cursor, batch_size, outcome, default_timezone
+    )
     cursor = last if last is not None else cursor
 
     if page_size < batch_size:
@@ -134,6 +141,7 @@ async def _write_page_set(
     cursor: int,
     batch_size: int,
     outcome: BatchOutcome,
+    default_timezone: str = DEFAULT_TIMEZONE,
 ) -> tuple[int, int | None]:
     """The page, its recipients and their deliveries in one statement (fanout.pagewrite);
     returns the page's length and its last person id (None for an empty page)."""
@@ -142,12 +150,14 @@ async def _write_page_set(
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
         wording = in_app_wording(kind, event.variables, await _overrides(conn, event))
     statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
+    params = {"fanout_after": cursor, **pagewrite.wording_params(wording)}
+    if event.deliver_local_time is not None:
+        moments = local_moments(
+            event.deliver_local_time, event.deliver_local_date, await queries.now(conn)
+        )
+        params |= pagewrite.deliver_params(moments, moments.get(default_timezone, moments["UTC"]))
     async with compiled.unprepared(conn):
-        row = (
-            await conn.execute(
-                statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)}
-            )
-        ).one()
+        row = (await conn.execute(statement, params)).one()
     outcome.recipients_written = int(row.recipients)
     outcome.deliveries_written = int(row.deliveries)
     for person_id, recipient_public_id, role_id in pagewrite.notices_of(row):
@@ -189,6 +199,7 @@ def _batch_statement(
         else (kind.name, tuple(kind.channels), kind.unsuppressible, kind.persist_rendered),
         batch_size,
         renders_in_app,
+        event.deliver_local_time is not None,
     )
     found = _STATEMENTS.get(key)
     if found is None:
@@ -208,11 +219,31 @@ def _batch_statement(
             channels=event.channels,
             kind=kind,
             renders_in_app=renders_in_app,
+            deliver_at=event.deliver_local_time is not None,
         )
         while len(_STATEMENTS) >= _STATEMENTS_KEPT:
             del _STATEMENTS[next(iter(_STATEMENTS))]
         _STATEMENTS[key] = found
     return found
+
+
+def local_moments(at: time, day: date | None, after: datetime) -> dict[str, datetime]:
+    """deliverAt's moment in every IANA zone (herald.scheduling.clock, the reminders' rules):
+    `at` on local `day`, or without a day the first `at` at or after `after`. Every zone, so the
+    batch statement looks each person's zone up in one array; cached by the minute."""
+    return _local_moments(at, day, after.astimezone(UTC).replace(second=0, microsecond=0))
+
+
+@functools.lru_cache(maxsize=16)
+def _local_moments(at: time, day: date | None, after: datetime) -> dict[str, datetime]:
+    moments = {}
+    for name in sorted(clock.iana_zones()):
+        tz = clock.zone(name)
+        if day is not None:
+            moments[name] = clock.local_moment(day, at, tz)
+        else:
+            moments[name] = clock.next_local_moment(after, at, tz)
+    return moments
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

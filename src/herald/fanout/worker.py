@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from herald import outages
+from herald.config import DEFAULT_TIMEZONE
 from herald.fanout import service
 from herald.fanout.queries import ClaimedEvent
 from herald.fanout.service import InAppNotice
@@ -35,6 +36,7 @@ async def fan_out_next_event(
     stop: asyncio.Event | None = None,
     tenant_id: str | None = None,
     holder: int | None = None,
+    default_timezone: str = DEFAULT_TIMEZONE,
 ) -> bool:
     """Fan out one due event to completion (or until asked to stop). Returns False when none was due.
 
@@ -59,7 +61,9 @@ async def fan_out_next_event(
             attributes={"herald.event_id": str(event.public_id), "herald.kind": event.kind},
         ),
     ):
-        return await _fan_out(engine, event, token, registry, batch_size, publish, stop)
+        return await _fan_out(
+            engine, event, token, registry, batch_size, publish, stop, default_timezone
+        )
 
 
 async def _fan_out(
@@ -70,6 +74,7 @@ async def _fan_out(
     batch_size: int,
     publish: Publish | None,
     stop: asyncio.Event | None,
+    default_timezone: str = DEFAULT_TIMEZONE,
 ) -> bool:
     log.info("fanning out event %s (%s)", event.public_id, event.kind)
     held = _HeldConnection(engine)
@@ -87,7 +92,12 @@ async def _fan_out(
                     conn = await held.get()
                     async with conn.begin():
                         outcome = await service.fan_out_batch(
-                            conn, event, token, registry=registry, batch_size=batch_size
+                            conn,
+                            event,
+                            token,
+                            registry=registry,
+                            batch_size=batch_size,
+                            default_timezone=default_timezone,
                         )
                     tracing.set_attributes(
                         batch_span,

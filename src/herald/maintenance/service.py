@@ -64,6 +64,8 @@ class TickReport:
     reclaimed_channels: list[str] = field(default_factory=list)
     dead_on_reclaim: int = 0
     requeued: int = 0
+    # deliverAt's in-app rows released into the inbox at their person's moment.
+    inbox_released: int = 0
     released_fanouts: int = 0
     backfilled: int = 0
     credit: CreditReading | None = None
@@ -92,8 +94,12 @@ async def run_tick(
     backfill_channels: Sequence[str],
     backfill_tenants: Sequence[tuple[str, str]] = (),
     providers: Mapping[str, Provider] | None = None,
+    publish: Callable[[Sequence[fanout.InAppNotice]], Awaitable[None]] | None = None,
 ) -> TickReport:
+    """One maintenance tick. `publish`: the realtime publisher, told of the inbox rows a
+    deliverAt moment released (after their commit), as the fan-out tells of its own."""
     report = TickReport()
+    released: list[fanout.InAppNotice] = []
 
     async def sweep(name: str, body: Callable[[AsyncConnection], Awaitable[None]]) -> None:
         try:
@@ -119,6 +125,24 @@ async def run_tick(
 
     async def requeue(conn: AsyncConnection) -> None:
         report.requeued = await delivery.requeue_due_failures(conn, limit=SWEEP_LIMIT)
+
+    async def inbox(conn: AsyncConnection) -> None:
+        rows = await delivery.release_due_inbox(conn, limit=SWEEP_LIMIT)
+        report.inbox_released = len(rows)
+        released.extend(
+            fanout.InAppNotice(
+                tenant_id=row["tenant_id"],
+                person_id=row["person_id"],
+                recipient_public_id=row["recipient_public_id"],
+                kind=row["kind"],
+                category=row["category"],
+                priority=row["priority"],
+                occurred_at=row["occurred_at"],
+                audience_role_id=row["audience_role_id"],
+            )
+            for row in rows
+            if row["person_id"] is not None  # erased meanwhile: nobody to tell
+        )
 
     async def release(conn: AsyncConnection) -> None:
         released = await fanout.release_stale_claims(
@@ -185,6 +209,12 @@ async def run_tick(
         for channel in report.reclaimed_channels:
             metrics.LEASE_EXPIRIES.labels(channel).inc()
     await sweep("requeue_due_failures", requeue)
+    await sweep("release_due_inbox", inbox)
+    if publish is not None and released and "release_due_inbox" not in report.failures:
+        try:
+            await publish(released)
+        except Exception:  # never fails the tick (R-REALTIME-6): the inbox is right on refresh
+            log.exception("realtime publish failed; the inbox is still correct on refresh")
     await sweep("release_stale_fanout_claims", release)
     await sweep("wake_due_events", wake)
     if backfill_channels:

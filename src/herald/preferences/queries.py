@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import time
 from typing import Any
 
 from sqlalchemy import (
@@ -23,6 +24,7 @@ from sqlalchemy import (
     Integer,
     Row,
     Text,
+    Time,
     any_,
     cast,
     delete,
@@ -84,6 +86,16 @@ class StoredSet:
     switches: Mapping[str, bool]
     # (category, channel) → enabled (notification_preference).
     overrides: Mapping[tuple[str, str], bool]
+    # Quiet hours on the set row (migration 0033); None when the person set none.
+    quiet_hours: StoredQuietHours | None = None
+
+
+@dataclass(frozen=True)
+class StoredQuietHours:
+    start: time
+    end: time
+    # None: the person's own zone from the directory.
+    zone: str | None
 
 
 async def select_person_set(conn: AsyncConnection, tenant_id: str, person_id: int) -> StoredSet:
@@ -93,12 +105,16 @@ async def select_person_set(conn: AsyncConnection, tenant_id: str, person_id: in
     ch = s.notification_channel_preference
     pr = s.notification_preference
     no_text = cast(null(), Text)
+    no_time = cast(null(), Time)
     version = select(
         literal("set").label("source"),
         no_text.label("category"),
         no_text.label("channel"),
         cast(null(), Boolean).label("enabled"),
         st.c.version.label("version"),
+        st.c.quiet_hours_start.label("quiet_start"),
+        st.c.quiet_hours_end.label("quiet_end"),
+        st.c.quiet_hours_timezone.label("quiet_zone"),
     ).where(st.c.person_id == person_id, st.c.tenant_id == tenant_id)
     switches = select(
         literal("channel"),
@@ -106,6 +122,9 @@ async def select_person_set(conn: AsyncConnection, tenant_id: str, person_id: in
         ch.c.channel,
         ch.c.enabled,
         cast(null(), Integer),
+        no_time,
+        no_time,
+        no_text,
     ).where(ch.c.person_id == person_id, ch.c.tenant_id == tenant_id)
     overrides = select(
         literal("category"),
@@ -113,19 +132,27 @@ async def select_person_set(conn: AsyncConnection, tenant_id: str, person_id: in
         pr.c.channel,
         pr.c.enabled,
         cast(null(), Integer),
+        no_time,
+        no_time,
+        no_text,
     ).where(pr.c.person_id == person_id, pr.c.tenant_id == tenant_id)
     rows = (await conn.execute(union_all(version, switches, overrides))).all()
     stored_version = 0
     channel_rows: dict[str, bool] = {}
     category_rows: dict[tuple[str, str], bool] = {}
+    quiet: StoredQuietHours | None = None
     for row in rows:
         if row.source == "set":
             stored_version = int(row.version)
+            if row.quiet_start is not None and row.quiet_end is not None:
+                quiet = StoredQuietHours(row.quiet_start, row.quiet_end, row.quiet_zone)
         elif row.source == "channel":
             channel_rows[row.channel] = bool(row.enabled)
         else:
             category_rows[(row.category, row.channel)] = bool(row.enabled)
-    return StoredSet(version=stored_version, switches=channel_rows, overrides=category_rows)
+    return StoredSet(
+        version=stored_version, switches=channel_rows, overrides=category_rows, quiet_hours=quiet
+    )
 
 
 async def insert_set(conn: AsyncConnection, tenant_id: str, person_id: int) -> int | None:
@@ -199,3 +226,19 @@ async def replace_category_overrides(
                 for (category, channel), enabled in overrides.items()
             ],
         )
+
+
+async def set_quiet_hours(
+    conn: AsyncConnection, tenant_id: str, person_id: int, quiet: StoredQuietHours | None
+) -> None:
+    """The set row's quiet hours, written after its version moved (the saver holds its lock)."""
+    st = s.notification_preference_set
+    await conn.execute(
+        update(st)
+        .where(st.c.person_id == person_id, st.c.tenant_id == tenant_id)
+        .values(
+            quiet_hours_start=None if quiet is None else quiet.start,
+            quiet_hours_end=None if quiet is None else quiet.end,
+            quiet_hours_timezone=None if quiet is None else quiet.zone,
+        )
+    )

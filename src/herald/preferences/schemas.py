@@ -28,6 +28,15 @@ _Channel = Annotated[_Name, WithJsonSchema({"type": "string", "enum": list(CHANN
 _Category = Annotated[_Name, WithJsonSchema({"type": "string", "enum": list(CATEGORIES)})]
 
 
+# HH:MM, published as the pattern it must match; checked by the service, so a malformed time is
+# 422 NOTIFICATION_QUIET_HOURS_INVALID like the other quiet-hours refusals.
+_LocalTime = Annotated[
+    str,
+    Field(min_length=1, max_length=16),
+    WithJsonSchema({"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}),
+]
+
+
 def _whole_number(value: object) -> object:
     # JSON Schema counts 3.0 as an integer; strict mode alone would refuse it.
     if type(value) is float and value.is_integer():
@@ -53,6 +62,20 @@ class PreferenceOverride(_Model):
     enabled: StrictBool
 
 
+class QuietHours(_Model):
+    """Hours in which nothing but the inbox reaches the person: email, SMS, push, Telegram,
+    Slack and Teams due inside wait until `end` (unsuppressible security kinds such as a one-time
+    code do not). Local wall-clock times HH:MM; an `end` before `start` wraps past midnight
+    (21:00-07:00). `timezone` is an IANA zone; left out, the person's own zone from the
+    directory (else the deployment's default)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"start": "21:00", "end": "07:00"}]})
+
+    start: _LocalTime
+    end: _LocalTime
+    timezone: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+
+
 class PreferencesView(_Model):
     # 0 while the person has never saved.
     version: int
@@ -63,6 +86,8 @@ class PreferencesView(_Model):
     # PUT takes: every other cell is a default or follows a global switch. Echoing them back in a
     # PUT keeps them.
     overrides: list[PreferenceOverride]
+    # The person's quiet hours; null when they set none.
+    quiet_hours: QuietHours | None = None
 
 
 class PreferencesUpdate(_Model):
@@ -89,6 +114,9 @@ class PreferencesUpdate(_Model):
     # Global switches: false mutes the channel; true (or absent) means "not muted".
     channels: dict[_Channel, StrictBool] = Field(default_factory=dict, max_length=MAX_CHANNELS)
     overrides: list[PreferenceOverride] = Field(default_factory=list, max_length=MAX_OVERRIDES)
+    # Quiet hours: null clears them; left out keeps what is stored (the one part of the set a
+    # body may leave out without resetting it, so a client that predates it never clears it).
+    quiet_hours: QuietHours | None = None
 
 
 class PreferencesSaved(_Model):

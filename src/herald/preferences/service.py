@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
 from herald.auth.service import Actor
-from herald.errors import PreferenceInvalid, PreferenceVersionConflict
+from herald.errors import PreferenceInvalid, PreferenceVersionConflict, QuietHoursInvalid
 from herald.kinds import Kind, Registry
 from herald.preferences import queries
 from herald.preferences.schemas import (
@@ -50,7 +50,9 @@ from herald.preferences.schemas import (
     PreferencesSaved,
     PreferencesUpdate,
     PreferencesView,
+    QuietHours,
 )
+from herald.scheduling import clock
 
 
 def _row(
@@ -223,7 +225,36 @@ async def read_preferences(
             and channel in vocabulary.CHANNELS
             and category not in locked
         ],
+        quiet_hours=_quiet_view(stored.quiet_hours),
     )
+
+
+def _quiet_view(stored: queries.StoredQuietHours | None) -> QuietHours | None:
+    if stored is None:
+        return None
+    return QuietHours(
+        start=stored.start.strftime("%H:%M"), end=stored.end.strftime("%H:%M"), timezone=stored.zone
+    )
+
+
+def parse_quiet_hours(given: QuietHours | None) -> queries.StoredQuietHours | None:
+    """The body's quiet hours as stored, or QuietHoursInvalid (422) before anything is written:
+    malformed times, a start equal to its end (no window, or a whole day: say which by leaving
+    them out or switching channels off), an unknown zone."""
+    if given is None:
+        return None
+    try:
+        start = clock.parse_local_time(given.start)
+        end = clock.parse_local_time(given.end)
+    except ValueError as exc:
+        raise QuietHoursInvalid(f"quiet hours: {exc}") from None
+    if start == end:
+        raise QuietHoursInvalid("quiet hours: start and end must differ")
+    if given.timezone is not None and not clock.is_iana_zone(given.timezone):
+        raise QuietHoursInvalid(
+            f"quiet hours: {given.timezone[:64]!r} is not an IANA time zone (like Asia/Kathmandu)"
+        )
+    return queries.StoredQuietHours(start=start, end=end, zone=given.timezone)
 
 
 def _cell_order(category: str, channel: str) -> tuple[int, int]:
@@ -285,6 +316,7 @@ async def save_preferences(
     (R-PREFAPI-10). Keyed on the session person only (R-PREFAPI-11).
     """
     switches, overrides = _rows_to_store(update, registry)
+    quiet = parse_quiet_hours(update.quiet_hours)
     tenant_id, person_id = actor.tenant_id, actor.person_id
     if update.version == 0:
         version = await queries.insert_set(conn, tenant_id, person_id)
@@ -294,4 +326,8 @@ async def save_preferences(
         raise PreferenceVersionConflict()
     await queries.replace_channel_switches(conn, tenant_id, person_id, switches)
     await queries.replace_category_overrides(conn, tenant_id, person_id, overrides)
+    if "quiet_hours" in update.model_fields_set:
+        # Left out: kept as stored (a client written before quiet hours existed never clears
+        # them); null: none.
+        await queries.set_quiet_hours(conn, tenant_id, person_id, quiet)
     return PreferencesSaved(version=version)

@@ -103,6 +103,7 @@ async def run_worker(
             stop=stop,
             tenant_id=tenant_id,
             holder=here.holder,
+            default_timezone=settings.default_timezone,
         )
 
     tasks = [asyncio.create_task(_listen(url, wakes, stop), name="herald-listen")]
@@ -167,7 +168,7 @@ async def run_worker(
     if maintenance:
         tasks.append(
             asyncio.create_task(
-                _maintenance(settings, engine, providers, tenant_providers, stop),
+                _maintenance(settings, engine, providers, tenant_providers, stop, publish),
                 name="herald-maintenance",
             )
         )
@@ -239,6 +240,7 @@ async def _maintenance(
     providers: Mapping[str, Provider],
     tenant_providers: TenantProviders,
     stop: asyncio.Event,
+    publish: Publish | None = None,
 ) -> None:
     """The periodic tick; every sweep catches its own failure (R-OPS-5)."""
     interval = max(1.0, min(settings.lease_seconds / 2, 30.0))
@@ -254,6 +256,7 @@ async def _maintenance(
                 backfill_channels=backfill,
                 backfill_tenants=tenant_providers.configured_pairs(),
                 providers=providers,
+                publish=publish,
             )
         except Exception as exc:
             dependency = outages.unavailable(exc)

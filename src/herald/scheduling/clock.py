@@ -137,3 +137,49 @@ def occurrences_through(
         if len(found) > limit:
             del found[0]
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# A person's own hour (issue 45): `deliverAt` and quiet hours, by the same rules as reminders.
+
+
+def local_moment(day: date, at: time, tz: ZoneInfo) -> datetime:
+    """`deliverAt` with a date: the instant `at` shows on local `day` in `tz` — the reminders'
+    rule exactly (`occurrence_on`): a skipped time at the pre-jump offset, a repeated one at its
+    first instant."""
+    return occurrence_on(day, at, tz)
+
+
+def next_local_moment(after: datetime, at: time, tz: ZoneInfo) -> datetime:
+    """`deliverAt` without a date: the first instant at or after `after` at which `tz` shows
+    `at` (by the reminders' rule, every day of the week)."""
+    return next_occurrence(after - timedelta(microseconds=1), tz, at, ISO_WEEKDAYS)
+
+
+def in_quiet_hours(shown: time, start: time, end: time) -> bool:
+    """Whether a wall-clock time lies in [start, end); end before start wraps past midnight."""
+    if start < end:
+        return start <= shown < end
+    return shown >= start or shown < end
+
+
+def quiet_until(moment: datetime, tz: ZoneInfo, start: time, end: time) -> datetime | None:
+    """None when `moment` is outside the quiet hours [start, end) of `tz`'s wall clock, else
+    the instant they end: `end` on the local day the window closes, by the reminders' rule (a
+    skipped end at the pre-jump offset; a repeated end at its first instant). A moment in the
+    second pass of a repeated hour after that first instant is outside: the window has closed."""
+    if moment.tzinfo is None:
+        raise ValueError("`moment` must be an aware datetime")
+    if start == end:
+        raise ValueError("quiet hours need a start and an end that differ")
+    local = moment.astimezone(tz)
+    shown = local.time().replace(tzinfo=None)
+    if not in_quiet_hours(shown, start, end):
+        return None
+    day = local.date()
+    if start > end and shown >= start:
+        day += timedelta(days=1)  # the window wraps: it ends tomorrow
+    until = occurrence_on(day, end, tz)
+    if until <= moment:
+        return None
+    return until

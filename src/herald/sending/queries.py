@@ -6,7 +6,18 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import TIMESTAMP, Text, TextClause, bindparam, func, select, text, update
+from sqlalchemy import (
+    TIMESTAMP,
+    Date,
+    Text,
+    TextClause,
+    Time,
+    bindparam,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -33,11 +44,11 @@ RECORD_AND_WAKE = text(
         INSERT INTO notification_event
                (tenant_id, kind, category, priority, audience, channels, variables, action_url,
                 dedupe_key, request_id, scheduled_for, occurred_at, origin_request_id, traceparent,
-                audience_frozen_at)
+                audience_frozen_at, deliver_local_time, deliver_local_date)
         VALUES (:tenant_id, :kind, :category, :priority, :audience, :channels, :variables,
                 :action_url, :dedupe_key, :request_id, :scheduled_for,
                 greatest(now(), :scheduled_for), :origin_request_id, :traceparent,
-                :audience_frozen_at)
+                :audience_frozen_at, :deliver_local_time, :deliver_local_date)
         ON CONFLICT (tenant_id, dedupe_key) DO UPDATE SET dedupe_key = notification_event.dedupe_key
         RETURNING public_id, (xmax = 0) AS inserted
     )
@@ -49,6 +60,8 @@ RECORD_AND_WAKE = text(
     bindparam("channels", type_=ARRAY(Text)),
     bindparam("scheduled_for", type_=TIMESTAMP(timezone=True)),
     bindparam("audience_frozen_at", type_=TIMESTAMP(timezone=True)),
+    bindparam("deliver_local_time", type_=Time),
+    bindparam("deliver_local_date", type_=Date),
 )
 _COLUMNS = (
     "tenant_id",
@@ -65,6 +78,8 @@ _COLUMNS = (
     "origin_request_id",
     "traceparent",
     "audience_frozen_at",
+    "deliver_local_time",
+    "deliver_local_date",
 )
 
 

@@ -43,6 +43,8 @@ async def create_event(
         variables=body.variables,
         action_url=body.action_url,
         scheduled_for=body.scheduled_for,
+        deliver_local_time=None if body.deliver_at is None else body.deliver_at.local_time,
+        deliver_local_date=None if body.deliver_at is None else body.deliver_at.date,
         request_id=idempotency_key,
     )
     async with transaction(request) as conn:

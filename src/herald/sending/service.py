@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, TextClause
@@ -27,6 +27,7 @@ from herald.audience import service as audience
 from herald.errors import (
     ActionUrlForbidden,
     ChannelUnknown,
+    DeliverAtInvalid,
     EventAlreadyCancelled,
     EventFanoutStarted,
     EventNotFound,
@@ -40,6 +41,7 @@ from herald.errors import (
 from herald.kinds import Kind, Registry, get_registry
 from herald.observability import logs, tracing
 from herald.rendering.urls import is_safe_action_url
+from herald.scheduling import clock
 from herald.sending import queries
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ MAX_VARIABLES = 50
 MAX_VARIABLE_LENGTH = 10_000
 SECRET_REF = re.compile(r"^[a-z][a-z0-9_]{0,63}:[A-Za-z0-9._~-]{1,200}$")
 _WHITESPACE = re.compile(r"\s+")
+_ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class SendInput:
     action_url: str | None = None
     scheduled_for: datetime | None = None
     request_id: str | None = None
+    # deliverAt (issue 45): each recipient's own wall-clock time HH:MM, optionally on one local
+    # date YYYY-MM-DD (herald.scheduling.clock; docs/sending-and-delivery.md).
+    deliver_local_time: str | None = None
+    deliver_local_date: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,11 +116,18 @@ def prepare(
     variables = _checked_variables(kind, input.variables)
     _checked_request_id(input.request_id)
     scheduled_for = _aware(input.scheduled_for)
+    deliver_time, deliver_date = checked_deliver_at(input, datetime.now(UTC))
     dedupe_key = (
         build_occurrence_dedupe_key(occurrence_key)
         if occurrence_key is not None
         else build_dedupe_key(
-            kind, spec, variables, input.action_url, scheduled_for, input.request_id
+            kind,
+            spec,
+            variables,
+            input.action_url,
+            scheduled_for,
+            input.request_id,
+            deliver_at=_deliver_material(deliver_time, deliver_date),
         )
     )  # 5
     values: dict[str, Any] = {
@@ -128,6 +142,8 @@ def prepare(
         "dedupe_key": dedupe_key,
         "request_id": input.request_id,
         "scheduled_for": scheduled_for,
+        "deliver_local_time": deliver_time,
+        "deliver_local_date": deliver_date,
         # What ties the worker's log lines and spans to the request that recorded the event.
         "origin_request_id": logs.current_request_id(),
         "traceparent": tracing.current_traceparent(),
@@ -323,6 +339,53 @@ def _checked_variables(kind: Kind, variables: Mapping[str, Any]) -> dict[str, st
     return checked
 
 
+# The wall clocks furthest behind and ahead of UTC (Etc/GMT+12, Pacific/Kiritimati).
+_LATEST_OFFSET = timedelta(hours=12)
+_MAX_AHEAD = timedelta(days=366)
+
+
+def checked_deliver_at(input: SendInput, now: datetime) -> tuple[time | None, date | None]:
+    """deliverAt's local time and date, or DeliverAtInvalid before anything is written. A date's
+    time is "in the past" once it has passed on every clock on Earth (at UTC-12): a recipient for
+    whom it has passed but for whom the event is still news gets it at once."""
+    if input.deliver_local_time is None:
+        if input.deliver_local_date is not None:
+            raise DeliverAtInvalid("deliverAt needs a localTime")
+        return None, None
+    if input.scheduled_for is not None:
+        raise DeliverAtInvalid("give deliverAt or scheduledFor, not both")
+    try:
+        at = clock.parse_local_time(input.deliver_local_time)
+    except ValueError:
+        raise DeliverAtInvalid(
+            f"deliverAt.localTime {input.deliver_local_time[:16]!r} is not HH:MM from 00:00 to 23:59"
+        ) from None
+    if input.deliver_local_date is None:
+        return at, None
+    try:
+        if not _ISO_DATE.match(input.deliver_local_date):
+            raise ValueError
+        day = date.fromisoformat(input.deliver_local_date)
+    except ValueError:
+        raise DeliverAtInvalid(
+            f"deliverAt.date {input.deliver_local_date[:32]!r} is not a calendar date YYYY-MM-DD"
+        ) from None
+    latest = datetime.combine(day, at, tzinfo=UTC) + _LATEST_OFFSET
+    if latest <= now:
+        raise DeliverAtInvalid(
+            f"deliverAt {day.isoformat()} {at.strftime('%H:%M')} has passed in every time zone"
+        )
+    if latest - now > _MAX_AHEAD:
+        raise DeliverAtInvalid("deliverAt.date is more than a year ahead")
+    return at, day
+
+
+def _deliver_material(at: time | None, day: date | None) -> str | None:
+    if at is None:
+        return None
+    return at.strftime("%H:%M") + ("" if day is None else " " + day.isoformat())
+
+
 def _aware(moment: datetime | None) -> datetime | None:
     if moment is None:
         return None
@@ -349,6 +412,8 @@ def build_dedupe_key(
     action_url: str | None,
     scheduled_for: datetime | None,
     request_id: str | None,
+    *,
+    deliver_at: str | None = None,
 ) -> str:
     """sha256 hex of the NUL-joined key material: always 64 characters (R-DEDUPE-6).
 
@@ -367,6 +432,9 @@ def build_dedupe_key(
         _normalise(action_url or ""),
         scheduled_for.isoformat() if scheduled_for else "",
     ]
+    if deliver_at is not None:
+        # Only when given, so every key built before deliverAt existed is unchanged.
+        parts.append("deliverAt=" + deliver_at)
     if kind.dedupe == "repeatable":
         parts.append(_normalise(request_id) if request_id else uuid.uuid4().hex)
     return hashlib.sha256(SEPARATOR.join(parts).encode()).hexdigest()

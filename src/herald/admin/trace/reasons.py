@@ -10,6 +10,7 @@ channel never calls anything).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -127,6 +128,20 @@ def delivery_reason(
     if status == "queued":
         if row.get("replay_of_delivery_id") is not None:
             return "queued_replay", f"A replay, waiting to be sent by {word}."
+        until = row.get("waiting_until")
+        if until is not None:
+            moment = until.astimezone(UTC).isoformat()
+            if channel == "in_app":
+                return (
+                    "waiting",
+                    f"waiting until {moment}: the person's own hour (deliverAt), then shown in "
+                    "their inbox.",
+                )
+            return (
+                "waiting",
+                f"waiting until {moment}: the person's own hour (deliverAt) or the end of their "
+                f"quiet hours, then sent by {word}.",
+            )
         if row.get("attempts"):
             return "queued_retry", f"Waiting for another try on {word} after an earlier failure."
         return "queued", f"Waiting to be sent by {word}."

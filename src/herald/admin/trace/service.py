@@ -161,6 +161,15 @@ async def trace_recipient(
         if any(row["status"] == "skipped_preference" for row in rows)
         else None
     )
+    if any(row["status"] == "queued" for row in rows):
+        # A queued row due later waits for its deliverAt moment or the end of quiet hours.
+        moment = await queries.now(conn)
+        rows = [
+            {**row, "waiting_until": row["next_attempt_at"]}
+            if row["status"] == "queued" and row["next_attempt_at"] > moment
+            else row
+            for row in rows
+        ]
     deliveries = [
         _trace_delivery(row, tried[row["id"]], event, preferences, registry) for row in rows
     ]

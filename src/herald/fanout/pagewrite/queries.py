@@ -15,7 +15,9 @@ in-app wording per template locale). The statement is a chain of CTEs:
          decides skipped_no_template, the person's status skipped_recipient_gone, the stored
          preferences (joined per row: override, then channel switch, then the category's code
          default, unless the kind is unsuppressible) skipped_preference (R-FANOUT-11), then
-         in_app delivered with its wording (R-FANOUT-12) and remote channels queued (R-FANOUT-1)
+         in_app delivered with its wording (R-FANOUT-12) and remote channels queued (R-FANOUT-1);
+         for a deliverAt event every row is due at its person's own moment (their zone's entry
+         of the event's zone → moment table) and the in-app row is queued until then too
   result one row: the page's length and last person (the cursor), the counts, and the in-app
          rows for the realtime notices published after commit.
 
@@ -76,10 +78,15 @@ def statement(
     channels: Sequence[str],
     kind: Kind | None,
     renders_in_app: bool,
+    deliver_at: bool = False,
 ) -> Select[Any]:
     """The batch's one statement (see the module docstring). Built once per event and run page
     after page: the page's cursor is the CURSOR parameter, the in-app wording the parameters of
-    `wording_params` (read afresh for every batch)."""
+    `wording_params` (read afresh for every batch), and for a `deliver_at` event each zone's
+    moment the parameters of `deliver_params`: every delivery is due at its person's moment
+    (their directory zone's, else the default's), and the in-app row is held on the queue until
+    then (queued, not delivered: the maintenance tick's release_due_inbox, in
+    herald.delivery, makes it delivered at that moment)."""
     pg = page.cte("page")
     r = s.notification_recipient
     ro = s.role
@@ -122,10 +129,28 @@ def statement(
         .cte("ins_r")
     )
     loc = _locales(pg) if renders_in_app and "in_app" in channels else None
-    branches = [_channel_rows(pg, ins_r, loc, kind, category, ch) for ch in channels]
+    branches = [_channel_rows(pg, ins_r, loc, kind, category, ch, deliver_at) for ch in channels]
     d = s.notification_delivery
     rows = union_all(*branches).subquery("rows") if len(branches) > 1 else branches[0].subquery()
     now = func.now()
+    source: Any = rows
+    due: ColumnElement[Any] = now
+    if deliver_at:
+        # Each person's moment: their zone's entry of the event's zone → moment arrays (one
+        # probe of person by key a row, a hash of the arrays), the default zone's otherwise.
+        dp = s.person.alias("dp")
+        dz = (
+            func.unnest(
+                cast(bindparam("deliver_zones", type_=ARRAY(Text)), ARRAY(Text)),
+                cast(bindparam("deliver_moments", type_=ARRAY(s.TZ)), ARRAY(s.TZ)),
+            )
+            .table_valued("zone", "moment")
+            .render_derived(name="dz")
+        )
+        source = rows.outerjoin(dp, dp.c.id == rows.c.user_id).outerjoin(
+            dz, dz.c.zone == dp.c.timezone
+        )
+        due = func.coalesce(dz.c.moment, bindparam("deliver_default", type_=s.TZ))
     skipped = rows.c.status.like("skipped%")
     ins_d = (
         insert(d)
@@ -157,7 +182,7 @@ def statement(
                 rows.c.target_id,
                 rows.c.status,
                 now,
-                now,
+                due,
                 case((rows.c.status == "delivered", now)),
                 case((skipped, now)),
                 rows.c.title,
@@ -166,7 +191,7 @@ def statement(
                 rows.c.rendered_hash,
                 # The recipient's month (its partition key), so the delivery lives beside it.
                 literal(occurred_at, s.TZ),
-            ),
+            ).select_from(source),
         )
         .returning(
             d.c.id,
@@ -232,6 +257,16 @@ def wording_params(wording: InAppWording | None) -> dict[str, Any]:
     }
 
 
+def deliver_params(moments: dict[str, datetime], default: datetime) -> dict[str, Any]:
+    """deliverAt's moment per zone (herald.fanout.service.local_moments) as the statement's
+    parameters, and the default zone's for a person whose zone is none or unknown."""
+    return {
+        "deliver_zones": list(moments),
+        "deliver_moments": list(moments.values()),
+        "deliver_default": default,
+    }
+
+
 def _locales(pg: CTE) -> CTE:
     """The page's distinct locales → their wording: the locale's own, else its language's, else
     the fallback's (rendering.render._effective_locale). A chosen locale whose wording does not
@@ -280,6 +315,7 @@ def _channel_rows(
     kind: Kind | None,
     category: str,
     channel: str,
+    deliver_at: bool = False,
 ) -> Select[Any]:
     """(recipient_id, user_id, channel, target_id, status, title, body, template_version, rendered_hash)
     for one requested channel. The decisions come in this order: the kind, the person's status,
@@ -333,8 +369,10 @@ def _channel_rows(
         sentinel = bindparam("name_sentinel", type_=Text)
         rendered_title = func.replace(loc.c.title, sentinel, name)
         rendered_body = func.replace(loc.c.body, sentinel, name)
+        # deliverAt: the inbox row waits on the queue for the person's moment, like the rest.
+        shown = "queued" if deliver_at else "delivered"
         outcome: ColumnElement[Any] = case(
-            (loc.c.body.is_(None), "skipped_no_template"), else_="delivered"
+            (loc.c.body.is_(None), "skipped_no_template"), else_=shown
         )
         delivered = and_(loc.c.body.is_not(None), ~gone, allowed)
         material = func.convert_to(func.coalesce(rendered_title, ""), "UTF8").op("||")(

@@ -62,6 +62,10 @@
         'The current ones are shown again: make your change once more.',
       notSaved: 'Not saved.',
       prefsFailed: 'Could not load the preferences.',
+      quietHours: 'Quiet hours',
+      quietFrom: 'from',
+      quietUntil: 'until',
+      quietHint: 'Email, SMS, push and chat wait until the end; the inbox and sign-in codes do not.',
       channels: {
         in_app: 'In-app',
         email: 'Email',
@@ -113,6 +117,10 @@
         'हालका प्राथमिकताहरू फेरि देखाइएका छन्: आफ्नो परिवर्तन फेरि गर्नुहोस्।',
       notSaved: 'सेभ भएन।',
       prefsFailed: 'प्राथमिकताहरू लोड गर्न सकिएन।',
+      quietHours: 'शान्त समय',
+      quietFrom: 'देखि',
+      quietUntil: 'सम्म',
+      quietHint: 'इमेल, एसएमएस, पुश र च्याट अन्त्यसम्म पर्खन्छन्; इनबक्स र साइन-इन कोड पर्खँदैनन्।',
       channels: {
         in_app: 'एपमा',
         email: 'इमेल',
@@ -791,6 +799,8 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
         muted: new Set(Object.entries(view.channels || {}).filter(([, on]) => !on).map(([c]) => c)),
         categories: view.categories || [],
         overrides,
+        // {start, end, timezone} or null; sent back as read, so a save keeps them.
+        quiet: view.quietHours || null,
       };
       this._renderPreferences();
       this._status('prefs-status', message, kind);
@@ -813,8 +823,31 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
           'aria-label': t.by(row.category, label(channel)), dataset: { category: row.category, channel },
           onchange: (e) => this._toggleCell(row.category, channel, e.currentTarget.checked),
         })))));
-      this.$('prefs').replaceChildren(el('table', {}, el('thead', {}, head), el('tbody', {}, globalRow, rows)));
+      // Quiet hours, on the person's own clock: a switch and two times (end before start wraps
+      // past midnight). Any change saves the whole set, as a toggled cell does.
+      const quiet = prefs.quiet;
+      const time = (id, value, text) => el('label', {}, ` ${text} `, el('input', {
+        id, type: 'time', value, disabled: !quiet, onchange: () => this._changeQuiet(`#${id}`),
+      }));
+      const quietRow = el('p', { class: 'quiet', part: 'quiet-hours' },
+        el('label', {}, el('input', {
+          id: 'quiet-on', type: 'checkbox', checked: Boolean(quiet), onchange: () => this._changeQuiet('#quiet-on'),
+        }), ' ', t.quietHours),
+        time('quiet-start', quiet ? quiet.start : '21:00', t.quietFrom),
+        time('quiet-end', quiet ? quiet.end : '07:00', t.quietUntil),
+        el('br'), el('span', { class: 'subtle', text: t.quietHint }));
+      this.$('prefs').replaceChildren(el('table', {}, el('thead', {}, head), el('tbody', {}, globalRow, rows)), quietRow);
       this.$('prefs-version').textContent = t.version(prefs.version);
+    }
+
+    _changeQuiet(selector) {
+      const root = this.$('prefs');
+      const on = root.querySelector('#quiet-on').checked;
+      const start = root.querySelector('#quiet-start').value;
+      const end = root.querySelector('#quiet-end').value;
+      const zone = this._prefs.quiet ? this._prefs.quiet.timezone : null;
+      this._prefs.quiet = on ? { start, end, ...(zone ? { timezone: zone } : {}) } : null;
+      this._savePreferences(selector);
     }
 
     _toggleGlobal(channel, on) {
@@ -838,6 +871,7 @@ fieldset { border: none; margin: 0; padding: 0; min-width: 0; }
           const [category, channel] = key.split('|');
           return { category, channel, enabled };
         }),
+        quietHours: prefs.quiet,
       };
       const fieldset = this.$('prefs');
       fieldset.disabled = true;
