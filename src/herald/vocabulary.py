@@ -197,6 +197,19 @@ UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms")
 PARKED_RECEIPT_PROVIDERS: Final[tuple[str, ...]] = ("twilio",)
 PARKED_RECEIPT_CHANNELS: Final[tuple[str, ...]] = ("sms",)
 
+# An escalation step (herald.scheduling.escalation): pending until due, then decided once.
+EscalationStepState = Literal["pending", "sent", "skipped", "stopped"]
+ESCALATION_STEP_STATES: Final[tuple[str, ...]] = get_args(EscalationStepState)
+# Why a step was decided as it was: `read` stops the plan, `recipient_gone` (the recipient row
+# or person is gone, or suspended) stops or skips it, `preference` skips the step (the person
+# switched the channel off), `already_sent` marks a step whose delivery existed already.
+ESCALATION_REASONS: Final[tuple[str, ...]] = (
+    "read",
+    "recipient_gone",
+    "preference",
+    "already_sent",
+)
+
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)
 

@@ -1168,6 +1168,62 @@ followup = Table(
 )
 
 # ---------------------------------------------------------------------------------------------
+# Channel escalation (issue 45, migration 0034, docs/escalation.md): one row per later step of a
+# kind's plan per recipient, written by the fan-out in the statement that writes the in-app row,
+# decided once by the scheduler in the transaction that writes the step's delivery.
+notification_escalation_step = Table(
+    "notification_escalation_step",
+    metadata,
+    _id(),
+    _tenant(),
+    # The recipient and its month (no foreign key into the partitioned tables: the fan-out
+    # writes the step from the recipient row it has just written, and retention deletes the
+    # decided steps by age).
+    Column("event_id", BigInteger, nullable=False),
+    Column("recipient_id", BigInteger, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    # The recipient's person (erasure deletes its steps); NULL once the person is gone.
+    Column("person_id", BigInteger),
+    # The event's category and whether preferences may suppress the kind, copied at fan-out so
+    # the decision reads the step, the recipient and two preference rows only.
+    Column("category", Text, nullable=False),
+    Column("suppressible", Boolean, nullable=False),
+    Column("step_index", Integer, nullable=False),
+    Column("channel", Text, nullable=False),
+    # Fixed at fan-out: each step's delay after the previous step's due time.
+    Column("due_at", TZ, nullable=False),
+    Column("state", Text, nullable=False, server_default="pending"),
+    Column("reason", Text),
+    Column("decided_at", TZ),
+    # The delivery the step wrote (state sent).
+    Column("delivery_id", BigInteger),
+    _created_at(),
+    # One row per (recipient, step): a redelivered fan-out page writes no step twice.
+    UniqueConstraint("recipient_id", "step_index"),
+    vocab_check("state", vocabulary.ESCALATION_STEP_STATES, "state"),
+    vocab_check("reason", vocabulary.ESCALATION_REASONS, "reason", nullable=True),
+    vocab_check("channel", vocabulary.REMOTE_CHANNELS, "channel"),
+    CheckConstraint("step_index >= 1", name="step_index_positive"),
+    CheckConstraint("(state = 'pending') = (decided_at IS NULL)", name="decided_pair"),
+    # What the scheduler claims, in the claim's order: a range scan that stops at its LIMIT
+    # however many steps are pending (docs/escalation.md, bench/escalation.py).
+    Index(
+        "notification_escalation_step_due_idx",
+        "due_at",
+        "id",
+        postgresql_where=text("state = 'pending'"),
+    ),
+    # Retention ages decided steps out; erasure finds a person's steps.
+    Index(
+        "notification_escalation_step_decided_idx",
+        "decided_at",
+        postgresql_where=text("state <> 'pending'"),
+    ),
+    Index("notification_escalation_step_person_idx", "person_id"),
+    Index("notification_escalation_step_event_idx", "event_id"),
+)
+
+# ---------------------------------------------------------------------------------------------
 # Outbound webhooks to the host (issue 16). An endpoint's signing secret must be readable to
 # sign, so it is stored Fernet-encrypted with the vault key, which lives outside the database.
 

@@ -137,17 +137,21 @@ async def _write_page_set(
 ) -> tuple[int, int | None]:
     """The page, its recipients and their deliveries in one statement (fanout.pagewrite);
     returns the page's length and its last person id (None for an empty page)."""
+    plan = escalation_plan(kind, event.channels)
     wording = None
     if "in_app" in event.channels and kind is not None and "in_app" in kind.channels:
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
         wording = in_app_wording(kind, event.variables, await _overrides(conn, event))
-    statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
+    statement = _batch_statement(
+        event, kind, batch_size, renders_in_app=wording is not None, escalates=bool(plan)
+    )
+    params = {
+        "fanout_after": cursor,
+        **pagewrite.wording_params(wording),
+        **(pagewrite.escalation_params(plan) if plan else {}),
+    }
     async with compiled.unprepared(conn):
-        row = (
-            await conn.execute(
-                statement, {"fanout_after": cursor, **pagewrite.wording_params(wording)}
-            )
-        ).one()
+        row = (await conn.execute(statement, params)).one()
     outcome.recipients_written = int(row.recipients)
     outcome.deliveries_written = int(row.deliveries)
     for person_id, recipient_public_id, role_id in pagewrite.notices_of(row):
@@ -173,8 +177,30 @@ _STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
 _STATEMENTS_KEPT = 64
 
 
+def escalation_plan(kind: Kind | None, channels: list[str]) -> list[tuple[str, int]]:
+    """The later steps the fan-out writes for this event: (channel, cumulative offset in seconds)
+    of each step of the kind's plan whose channel the event requests, when the event requests
+    the in-app copy the plan escalates from; [] otherwise (every channel goes out at once)."""
+    if kind is None or kind.escalation is None or "in_app" not in channels:
+        return []
+    plan: list[tuple[str, int]] = []
+    offset = 0
+    for step in kind.escalation.steps:
+        # A step whose channel is not requested is left out; its delay still counts, so the
+        # later steps keep their due times relative to it.
+        offset += step.after_seconds
+        if step.channel in channels:
+            plan.append((step.channel, offset))
+    return plan
+
+
 def _batch_statement(
-    event: ClaimedEvent, kind: Kind | None, batch_size: int, *, renders_in_app: bool
+    event: ClaimedEvent,
+    kind: Kind | None,
+    batch_size: int,
+    *,
+    renders_in_app: bool,
+    escalates: bool = False,
 ) -> Select[Any]:
     key = (
         event.id,
@@ -189,6 +215,7 @@ def _batch_statement(
         else (kind.name, tuple(kind.channels), kind.unsuppressible, kind.persist_rendered),
         batch_size,
         renders_in_app,
+        escalates,
     )
     found = _STATEMENTS.get(key)
     if found is None:
@@ -205,14 +232,21 @@ def _batch_statement(
             event_id=event.id,
             occurred_at=event.occurred_at,
             category=event.category,
-            channels=event.channels,
+            # The plan's channels go out later, as steps (herald.scheduling.escalation).
+            channels=_immediate(event, kind) if escalates else event.channels,
             kind=kind,
             renders_in_app=renders_in_app,
+            escalates=escalates,
         )
         while len(_STATEMENTS) >= _STATEMENTS_KEPT:
             del _STATEMENTS[next(iter(_STATEMENTS))]
         _STATEMENTS[key] = found
     return found
+
+
+def _immediate(event: ClaimedEvent, kind: Kind | None) -> list[str]:
+    later = set(kind.escalation.channels) if kind is not None and kind.escalation else set()
+    return [channel for channel in event.channels if channel not in later]
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

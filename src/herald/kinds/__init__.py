@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
-from herald.kinds.registry import Digest, Kind, Registry, Template, get_registry, load_registry
+from herald.kinds.registry import (
+    Digest,
+    Escalation,
+    EscalationStep,
+    Kind,
+    Registry,
+    Template,
+    get_registry,
+    load_registry,
+)
 
-__all__ = ["Digest", "Kind", "Registry", "Template", "get_registry", "load_registry"]
+__all__ = [
+    "Digest",
+    "Escalation",
+    "EscalationStep",
+    "Kind",
+    "Registry",
+    "Template",
+    "get_registry",
+    "load_registry",
+]

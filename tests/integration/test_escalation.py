@@ -1,0 +1,395 @@
+"""Channel escalation per kind (issue 45, docs/escalation.md): the steps the fan-out writes and
+the scheduler's one-statement decision (read → stopped, preference off → skipped, else one
+delivery and its queue row, the step sent).
+
+Time is moved by the DB-nudge idiom (seed 004, tests/integration/test_followups.py): a step's
+`due_at` is moved into the past, never slept for. The decision covers every tenant of the shared
+test database, so each test reads back only its own tenant's rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from sqlalchemy import func, insert, select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from herald.config import Settings
+from herald.db import schema as s
+from herald.fanout.worker import fan_out_next_event
+from herald.kinds import Escalation, EscalationStep, Kind, Registry, Template
+from herald.kinds.sample import SAMPLE_REGISTRY, URGENT_ANNOUNCEMENT
+from herald.scheduling.escalation import queries as escalation
+from herald.scheduling.escalation import worker
+from herald.sending.service import SendInput, asend
+from tests import seed
+
+step = s.notification_escalation_step
+URGENT = {"title": "School closed", "message": "Heavy rain."}
+
+
+async def _people(engine: AsyncEngine, tenant: str, count: int = 1) -> list[seed.Person]:
+    """People who switched SMS on (it is off by default everywhere but security, R-PREF-11)."""
+    async with engine.begin() as conn:
+        people = [
+            await seed.person(conn, tenant, f"p{i}", full_name=f"Parent {i}") for i in range(count)
+        ]
+        for p in people:
+            await conn.execute(
+                insert(s.notification_channel_preference).values(
+                    tenant_id=tenant, person_id=p.id, channel="sms", enabled=True
+                )
+            )
+        return people
+
+
+async def _send(
+    engine: AsyncEngine,
+    tenant: str,
+    people: list[seed.Person],
+    *,
+    registry: Registry = SAMPLE_REGISTRY,
+    kind: str = "announcement.urgent",
+    channels: tuple[str, ...] = ("in_app", "email", "sms"),
+) -> uuid.UUID:
+    async with engine.begin() as conn:
+        result = await asend(
+            conn,
+            SendInput(
+                tenant_id=tenant,
+                kind=kind,
+                audience={"kind": "users", "userIds": [p.external_id for p in people]},
+                channels=list(channels),
+                variables=URGENT,
+            ),
+            registry=registry,
+        )
+    assert result is not None
+    while await fan_out_next_event(engine, registry, batch_size=500, tenant_id=tenant):
+        pass
+    return result.id
+
+
+async def _steps(engine: AsyncEngine, tenant: str) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(step)
+            .where(step.c.tenant_id == tenant)
+            .order_by(step.c.person_id, step.c.step_index)
+        )
+        return [dict(r._mapping) for r in rows]
+
+
+async def _deliveries(engine: AsyncEngine, tenant: str) -> list[tuple[int, str, str]]:
+    d = s.notification_delivery
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(d.c.user_id, d.c.channel, d.c.status)
+            .where(d.c.tenant_id == tenant)
+            .order_by(d.c.user_id, d.c.channel)
+        )
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+async def _nudge(engine: AsyncEngine, tenant: str, index: int) -> None:
+    """Move step `index`'s due time a second into the past (the test's clock)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(step)
+            .where(step.c.tenant_id == tenant, step.c.step_index == index)
+            .values(due_at=func.now() - text("interval '1 second'"))
+        )
+
+
+async def _decide(engine: AsyncEngine) -> escalation.Decided:
+    async with engine.begin() as conn:
+        return await escalation.decide_due(conn, 1000)
+
+
+async def _read(engine: AsyncEngine, tenant: str, person_id: int | None = None) -> None:
+    r = s.notification_recipient
+    where = [r.c.tenant_id == tenant]
+    if person_id is not None:
+        where.append(r.c.user_id == person_id)
+    async with engine.begin() as conn:
+        await conn.execute(update(r).where(*where).values(read_at=func.now()))
+
+
+async def test_fan_out_writes_in_app_now_and_the_plan_as_pending_steps(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    """The in-app copy is delivered at fan-out; email and SMS are not deliveries yet but two
+    pending steps due 30 minutes and 2h30 after the fan-out."""
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    assert await _deliveries(engine, tenant) == [(person.id, "in_app", "delivered")]
+    steps = await _steps(engine, tenant)
+    assert [(x["step_index"], x["channel"], x["state"]) for x in steps] == [
+        (1, "email", "pending"),
+        (2, "sms", "pending"),
+    ]
+    gap = (steps[1]["due_at"] - steps[0]["due_at"]).total_seconds()
+    first = (steps[0]["due_at"] - steps[0]["created_at"]).total_seconds()
+    assert (first, gap) == (pytest.approx(1800, abs=5), 7200)
+    # Nothing is due yet: the decision leaves them alone.
+    await _decide(engine)
+    assert {x["state"] for x in await _steps(engine, tenant)} == {"pending"}
+
+
+async def test_read_in_app_before_the_email_step_sends_no_email(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    await _read(engine, tenant)
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    steps = await _steps(engine, tenant)
+    # Reading stops the whole remaining plan, the later step included.
+    assert [(x["state"], x["reason"]) for x in steps] == [("stopped", "read"), ("stopped", "read")]
+    await _nudge(engine, tenant, 2)
+    await _decide(engine)
+    assert await _deliveries(engine, tenant) == [(person.id, "in_app", "delivered")]
+
+
+async def test_left_unread_gets_exactly_one_email_then_one_sms(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    await _decide(engine)  # a second tick finds nothing more to do
+    assert await _deliveries(engine, tenant) == [
+        (person.id, "email", "queued"),
+        (person.id, "in_app", "delivered"),
+    ]
+    steps = await _steps(engine, tenant)
+    assert [x["state"] for x in steps] == ["sent", "pending"]
+    # The email's narrow queue row was written with it (the channel workers claim it).
+    q = s.notification_delivery_queue
+    async with engine.connect() as conn:
+        queued = (
+            (
+                await conn.execute(
+                    select(q.c.channel).where(q.c.delivery_id == steps[0]["delivery_id"])
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert queued == ["email"]
+    await _nudge(engine, tenant, 2)
+    await _decide(engine)
+    await _decide(engine)
+    assert await _deliveries(engine, tenant) == [
+        (person.id, "email", "queued"),
+        (person.id, "in_app", "delivered"),
+        (person.id, "sms", "queued"),
+    ]
+    assert [x["state"] for x in await _steps(engine, tenant)] == ["sent", "sent"]
+
+
+async def test_email_switched_off_skips_to_sms_with_the_reason(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    (person,) = await _people(engine, tenant)
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(s.notification_channel_preference).values(
+                tenant_id=tenant, person_id=person.id, channel="email", enabled=False
+            )
+        )
+    await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    steps = await _steps(engine, tenant)
+    assert [(x["state"], x["reason"]) for x in steps] == [
+        ("skipped", "preference"),
+        ("pending", None),
+    ]
+    # The next step keeps its own due time (2h after the skipped step's due time).
+    assert steps[1]["due_at"] > steps[0]["due_at"]
+    await _nudge(engine, tenant, 2)
+    await _decide(engine)
+    assert await _deliveries(engine, tenant) == [
+        (person.id, "in_app", "delivered"),
+        (person.id, "sms", "queued"),
+    ]
+
+
+async def test_a_later_step_waits_for_the_one_before_it(engine: AsyncEngine, tenant: str) -> None:
+    """Both steps overdue (a scheduler back from an outage): one decision takes only the
+    earliest pending step of a recipient, so a read between the two still stops the second."""
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    await _nudge(engine, tenant, 2)
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(step).where(step.c.tenant_id == tenant, step.c.step_index == 1)
+            .values(due_at=func.now() - text("interval '1 hour'"))
+        )  # fmt: skip
+    await _decide(engine)
+    assert [x["state"] for x in await _steps(engine, tenant)] == ["sent", "pending"]
+    await _read(engine, tenant)
+    await _decide(engine)
+    assert [(x["state"], x["reason"]) for x in await _steps(engine, tenant)] == [
+        ("sent", None),
+        ("stopped", "read"),
+    ]
+
+
+async def test_a_connection_killed_mid_decision_neither_skips_nor_doubles(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    """The decision runs, then its backend is terminated before COMMIT (a scheduler killed
+    between check and write): nothing of it stays; the next decision sends exactly once."""
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    victim = await engine.connect()
+    try:
+        transaction = await victim.begin()
+        pid = (await victim.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        decided = await escalation.decide_due(victim, 1000)
+        assert decided.sent >= 1
+        async with engine.begin() as killer:
+            await killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(Exception):  # noqa: B017 - the connection is gone, whatever the driver says
+            await transaction.commit()
+    finally:
+        await victim.invalidate()
+        await victim.close()
+    assert [x["state"] for x in await _steps(engine, tenant)] == ["pending", "pending"]
+    assert await _deliveries(engine, tenant) == [(person.id, "in_app", "delivered")]
+    await _decide(engine)
+    await _decide(engine)
+    assert await _deliveries(engine, tenant) == [
+        (person.id, "email", "queued"),
+        (person.id, "in_app", "delivered"),
+    ]
+
+
+async def test_the_scheduler_tick_decides_under_its_lease(
+    engine: AsyncEngine, tenant: str, settings: Settings
+) -> None:
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM scheduler_lease WHERE name = 'escalation'"))
+    first = await worker.run_tick(engine, settings, "holder-a")
+    other = await worker.run_tick(engine, settings, "holder-b")
+    assert first.leader and first.sent >= 1
+    assert not other.leader
+    await worker.release(engine, "holder-a")
+    assert [x["state"] for x in await _steps(engine, tenant)] == ["sent", "pending"]
+
+
+async def test_the_claim_reads_the_due_index_and_stops_at_its_limit(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    """The claim is a range scan of the partial due index (cost independent of how many steps
+    are pending). Mark-read costs nothing extra: the read check is the scheduler's, at due time,
+    one primary-key probe of the recipient."""
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(
+            (await conn.execute(text("EXPLAIN " + escalation.DECIDE_SQL), {"limit": 10})).scalars()
+        )
+    assert "notification_escalation_step_due_idx" in plan
+    assert "Limit" in plan
+
+
+# --- the property: whatever order ticks, reads and the clock come in -----------------------------
+
+
+def _registry(delays: list[int], channels: list[str]) -> Registry:
+    plan = Escalation(
+        steps=tuple(EscalationStep(c, d) for c, d in zip(channels, delays, strict=True))
+    )
+    kind = Kind(
+        name="announcement.urgent",
+        category="announcement",
+        channels=("in_app", *channels),
+        dedupe="repeatable",
+        escalation=plan,
+        variables=URGENT_ANNOUNCEMENT.variables,
+        templates={
+            c: URGENT_ANNOUNCEMENT.templates.get(c) or {"en": Template(body="{{title}}")}
+            for c in ("in_app", *channels)
+        },
+    )
+    return Registry([kind])
+
+
+ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("advance"), st.integers(min_value=1, max_value=4 * 3600)),
+        st.tuples(st.just("tick"), st.just(0)),
+        st.tuples(st.just("read"), st.just(0)),
+    ),
+    max_size=12,
+)
+
+
+@hsettings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    channels=st.permutations(["email", "sms", "telegram"]).flatmap(
+        lambda p: st.integers(min_value=1, max_value=3).map(lambda n: list(p[:n]))
+    ),
+    delays=st.lists(st.integers(min_value=1, max_value=3 * 3600), min_size=3, max_size=3),
+    actions=ACTIONS,
+)
+async def test_at_most_one_delivery_per_step_and_none_after_a_read(
+    engine: AsyncEngine, channels: list[str], delays: list[int], actions: list[tuple[str, int]]
+) -> None:
+    tenant = f"prop-{uuid.uuid4().hex[:10]}"
+    registry = _registry(delays[: len(channels)], channels)
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person], registry=registry, channels=("in_app", *channels))
+    offsets = [sum(delays[: i + 1]) for i in range(len(channels))]
+    clock = 0  # seconds since the fan-out, as the steps' due times see it
+    read_at: int | None = None
+    # Three closing ticks: a decision takes one step of a recipient, so a plan of three that
+    # is wholly due by the end is wholly decided.
+    for action, amount in [*actions, ("tick", 0), ("tick", 0), ("tick", 0)]:
+        if action == "advance":
+            clock += amount
+            async with engine.begin() as conn:
+                await conn.execute(
+                    update(step)
+                    .where(step.c.tenant_id == tenant, step.c.state == "pending")
+                    .values(due_at=step.c.due_at - func.make_interval(0, 0, 0, 0, 0, 0, amount))
+                )
+        elif action == "read" and read_at is None:
+            read_at = clock
+            await _read(engine, tenant)
+        elif action == "tick":
+            before = await _deliveries(engine, tenant)
+            await _decide(engine)
+            after = await _deliveries(engine, tenant)
+            if read_at is not None:
+                assert after == before, "a delivery after the read"
+    sent = [(c, st_) for _, c, st_ in await _deliveries(engine, tenant) if c != "in_app"]
+    # At most one delivery per step.
+    assert len(sent) == len({c for c, _ in sent})
+    steps = await _steps(engine, tenant)
+    for row, offset in zip(steps, offsets, strict=True):
+        if row["state"] == "sent":
+            assert offset <= clock, "sent before its due time"
+    # Unread to the end: exactly the steps due by then were sent.
+    if read_at is None:
+        assert [row["state"] == "sent" for row in steps] == [o <= clock for o in offsets]
+    else:
+        assert all(row["state"] in ("sent", "stopped", "pending") for row in steps)
