@@ -307,6 +307,39 @@ async def test_the_claim_reads_the_due_index_and_stops_at_its_limit(
     assert "Limit" in plan
 
 
+async def test_erasing_a_person_deletes_their_steps(engine: AsyncEngine, tenant: str) -> None:
+    """A pending step never sends to an erased person: erasure deletes the person's steps."""
+    from herald.directory import service as directory
+
+    kept, erased = await _people(engine, tenant, 2)
+    await _send(engine, tenant, [kept, erased])
+    async with engine.begin() as conn:
+        await directory.erase_person(conn, tenant, erased.external_id)
+    assert {x["person_id"] for x in await _steps(engine, tenant)} == {kept.id}
+
+
+async def test_retention_ages_out_decided_steps_and_keeps_pending_ones(
+    engine: AsyncEngine, tenant: str, settings: Settings
+) -> None:
+    from herald.maintenance import retention
+
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(step)
+            .where(step.c.tenant_id == tenant, step.c.state != "pending")
+            .values(
+                decided_at=func.now() - func.make_interval(0, 0, 0, settings.retention_days + 1)
+            )
+        )
+    report = await retention.prune_escalation_steps(engine, settings, max_batches=None)
+    assert report.escalation_steps >= 1
+    assert [(x["step_index"], x["state"]) for x in await _steps(engine, tenant)] == [(2, "pending")]
+
+
 # --- the property: whatever order ticks, reads and the clock come in -----------------------------
 
 

@@ -88,6 +88,18 @@ async def _populate(engine: AsyncEngine, tenant: str) -> None:
             ),
             registry=SAMPLE_REGISTRY,
         )
+        # An escalating kind: its fan-out writes escalation steps (docs/escalation.md).
+        await asend(
+            conn,
+            SendInput(
+                tenant_id=tenant,
+                kind="announcement.urgent",
+                audience={"kind": "all_users"},
+                channels=["in_app", "email"],
+                variables={"title": "Closed", "message": "Rain"},
+            ),
+            registry=SAMPLE_REGISTRY,
+        )
         notice = await feed.publish(
             conn,
             tenant_id=tenant,
@@ -197,6 +209,7 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "notification_recipient",
             "notification_delivery",
             "notification_delivery_queue",
+            "notification_escalation_step",
             "feed_notification",
             "feed_notification_read",
             "followup",

@@ -865,3 +865,39 @@ def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
             )
         }
     assert restored == before
+
+
+def test_escalation_steps_migration_round_trip(empty_database: str) -> None:
+    """0034 adds the escalation step table under RLS, with its partial due index and checks; a
+    step row can be written and a bad one is refused; down drops it and gives back the catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0030")
+    before = catalog(empty_database)
+    migrate.upgrade(empty_database, "0034")
+    insert_step = (
+        "INSERT INTO notification_escalation_step (tenant_id, event_id, recipient_id, occurred_at, "
+        "category, suppressible, step_index, channel, due_at, state, decided_at) "
+        "VALUES ('t1', 1, 1, now(), 'announcement', true, %s, %s, now(), %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        conn.execute(insert_step, (1, "email", "pending", None))
+        for bad in [
+            (2, "in_app", "pending", None),  # in-app is never a later step
+            (2, "sms", "sent", None),  # decided without a decision time
+            (1, "sms", "pending", None),  # the recipient's step 1 exists
+            (0, "sms", "pending", None),
+        ]:
+            with pytest.raises(psycopg.errors.IntegrityError), conn.transaction():
+                conn.execute(insert_step, bad)
+        plan = conn.execute(
+            "SELECT indexdef FROM pg_indexes "
+            "WHERE indexname = 'notification_escalation_step_due_idx'"
+        ).fetchone()
+        assert plan is not None and "WHERE (state = 'pending'::text)" in plan[0]
+        forced = conn.execute(
+            "SELECT relrowsecurity, relforcerowsecurity FROM pg_class "
+            "WHERE relname = 'notification_escalation_step'"
+        ).fetchone()
+        assert forced == (True, True)
+    migrate.downgrade(empty_database, "0030")
+    assert catalog(empty_database) == before

@@ -277,6 +277,7 @@ async def erase_person(
     kept = await erasure.orphan_recipients_of_person(conn, person.id)
     followups = await erasure.delete_followups_naming_person(conn, tenant_id, external_id)
     await erasure.delete_undeliverable_of_person(conn, person.id)
+    await erasure.delete_escalation_steps_of_person(conn, person.id)
     await erasure.hard_delete_person(conn, person.id)
     await audit.record_audit(
         conn,
