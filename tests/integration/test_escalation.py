@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
+from httpx import AsyncClient
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -220,6 +221,54 @@ async def test_email_switched_off_skips_to_sms_with_the_reason(
     assert await _deliveries(engine, tenant) == [
         (person.id, "in_app", "delivered"),
         (person.id, "sms", "queued"),
+    ]
+
+
+async def test_the_trace_shows_each_step_skipped_sent_waiting_and_stopped(
+    engine: AsyncEngine, tenant: str, settings: Settings, client: AsyncClient
+) -> None:
+    from tests.integration.test_admin_history import HISTORY_READ, operator_headers
+
+    skips, reads = await _people(engine, tenant, 2)
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(s.notification_channel_preference).values(
+                tenant_id=tenant, person_id=skips.id, channel="email", enabled=False
+            )
+        )
+    event_id = await _send(engine, tenant, [skips, reads])
+    headers = await operator_headers(engine, settings, tenant, [HISTORY_READ])
+
+    async def trace(who: seed.Person) -> list[dict[str, Any]]:
+        answer = await client.get(
+            f"/v1/admin/events/{event_id}/recipients/{who.external_id}", headers=headers
+        )
+        assert answer.status_code == 200, answer.text
+        steps: list[dict[str, Any]] = answer.json()["escalation"]
+        return steps
+
+    waiting = await trace(skips)
+    assert [(x["channel"], x["state"], x["reasonCode"]) for x in waiting] == [
+        ("email", "pending", "waiting"),
+        ("sms", "pending", "waiting"),
+    ]
+    assert waiting[0]["dueAt"] < waiting[1]["dueAt"]
+    await _read(engine, tenant, reads.id)
+    assert [x["reasonCode"] for x in await trace(reads)] == ["stops_at_due_time"] * 2
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    await _nudge(engine, tenant, 2)
+    await _decide(engine)
+    skipped = await trace(skips)
+    assert [(x["state"], x["reasonCode"]) for x in skipped] == [
+        ("skipped", "preference"),
+        ("sent", "sent"),
+    ]
+    assert "preferences" in skipped[0]["reason"]
+    assert skipped[1]["deliveryId"] is not None and skipped[1]["decidedAt"] is not None
+    assert [(x["state"], x["reasonCode"]) for x in await trace(reads)] == [
+        ("stopped", "read"),
+        ("stopped", "read"),
     ]
 
 
