@@ -272,6 +272,26 @@ async def test_the_trace_shows_each_step_skipped_sent_waiting_and_stopped(
     ]
 
 
+async def test_the_console_trace_page_shows_the_steps(
+    engine: AsyncEngine, tenant: str, settings: Settings, client: AsyncClient
+) -> None:
+    from tests.integration.test_admin_history import HISTORY_READ
+    from tests.integration.test_console import assert_secure_page, operator_token, sign_in
+
+    (person,) = await _people(engine, tenant)
+    event_id = await _send(engine, tenant, [person])
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    await sign_in(client, await operator_token(engine, settings, tenant, [HISTORY_READ]))
+    page = await client.get(f"/console/events/{event_id}/people/{person.external_id}")
+    assert page.status_code == 200
+    assert_secure_page(page)
+    assert "Escalation plan" in page.text
+    assert 'data-step="1"' in page.text and 'data-step="2"' in page.text
+    assert "Sent: the person had not read it" in page.text
+    assert "Waiting: sent on this channel at its due time" in page.text
+
+
 async def test_a_later_step_waits_for_the_one_before_it(engine: AsyncEngine, tenant: str) -> None:
     """Both steps overdue (a scheduler back from an outage): one decision takes only the
     earliest pending step of a recipient, so a read between the two still stops the second."""
