@@ -899,5 +899,18 @@ def test_escalation_steps_migration_round_trip(empty_database: str) -> None:
             "WHERE relname = 'notification_escalation_step'"
         ).fetchone()
         assert forced == (True, True)
+        override = (
+            "INSERT INTO notification_escalation_override (tenant_id, kind, delays, version, "
+            "updated_by) VALUES ('t1', %s, %s, 1, 'person:x')"
+        )
+        conn.execute(override, ("announcement.urgent", [600, 3600]))
+        conn.execute(override, ("other.kind", None))  # reverted: the code's plan
+        for delays in ([0, 60], [60, 2592001], []):
+            with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+                conn.execute(override, ("third.kind", delays))
+        conn.execute(
+            "INSERT INTO notification_escalation_override_version (tenant_id, kind, version, "
+            "delays, actor) VALUES ('t1', 'announcement.urgent', 1, '{600,3600}', 'person:x')"
+        )
     migrate.downgrade(empty_database, "0030")
     assert catalog(empty_database) == before

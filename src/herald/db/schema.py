@@ -1223,6 +1223,47 @@ notification_escalation_step = Table(
     Index("notification_escalation_step_event_idx", "event_id"),
 )
 
+# A tenant's delays for a kind's escalation plan (PUT /v1/admin/kinds/{kind}/escalation): the
+# code's plan is the fallback, and `delays` NULL is a reverted override (the row keeps counting
+# versions). Versioned like template overrides: every change bumps `version` under the row's
+# lock and appends a version row, which is never updated.
+notification_escalation_override = Table(
+    "notification_escalation_override",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("kind", Text, nullable=False),
+    # Seconds after the previous step's due time, one per step of the code's plan, in order.
+    Column("delays", ARRAY(Integer)),
+    Column("version", Integer, nullable=False),
+    Column("updated_by", Text, nullable=False),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    UniqueConstraint("tenant_id", "kind"),
+    CheckConstraint("version >= 1", name="version_positive"),
+    CheckConstraint(
+        "delays IS NULL OR (cardinality(delays) >= 1 AND 0 < ALL (delays) "
+        "AND 2592000 >= ALL (delays))",
+        name="delays_in_range",
+    ),
+)
+
+notification_escalation_override_version = Table(
+    "notification_escalation_override_version",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    # NULL: this version reverted to the code's plan.
+    Column("delays", ARRAY(Integer)),
+    Column("actor", Text, nullable=False),
+    _created_at(),
+    UniqueConstraint(
+        "tenant_id", "kind", "version", name="notification_escalation_override_version_key"
+    ),
+)
+
 # ---------------------------------------------------------------------------------------------
 # Outbound webhooks to the host (issue 16). An endpoint's signing secret must be readable to
 # sign, so it is stored Fernet-encrypted with the vault key, which lives outside the database.

@@ -260,8 +260,9 @@ async def erase_person(
     the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Events addressed to them
     alone (a `users` audience of just them) lose their variables too, which were theirs alone;
     events others received keep theirs (erasure.scrub_variables_of_events_for says why). Role
-    grants, memberships, guardianships, preferences, push tokens, feed read receipts and the
-    follow-ups whose audience names the person go with the person.
+    grants, memberships, guardianships, preferences, push tokens, feed read receipts, the
+    follow-ups whose audience names the person and their escalation steps (a pending one must
+    never send) go with the person.
 
     Audited as `erase` on the person's public id, with counts only (nothing personal); an API key
     caller is recorded as `api_key` unless `operator` says who acted.

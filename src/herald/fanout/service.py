@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -137,7 +138,11 @@ async def _write_page_set(
 ) -> tuple[int, int | None]:
     """The page, its recipients and their deliveries in one statement (fanout.pagewrite);
     returns the page's length and its last person id (None for an empty page)."""
-    plan = escalation_plan(kind, event.channels)
+    plan: list[tuple[str, int]] = []
+    if kind is not None and kind.escalation is not None and "in_app" in event.channels:
+        # The tenant's delays, read once per batch like the template overrides.
+        stored = await queries.escalation_delays(conn, event.tenant_id, kind.name)
+        plan = escalation_plan(kind, event.channels, kind.escalation.delays_with(stored))
     wording = None
     if "in_app" in event.channels and kind is not None and "in_app" in kind.channels:
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
@@ -177,18 +182,22 @@ _STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
 _STATEMENTS_KEPT = 64
 
 
-def escalation_plan(kind: Kind | None, channels: list[str]) -> list[tuple[str, int]]:
+def escalation_plan(
+    kind: Kind | None, channels: list[str], delays: Sequence[int] | None = None
+) -> list[tuple[str, int]]:
     """The later steps the fan-out writes for this event: (channel, cumulative offset in seconds)
     of each step of the kind's plan whose channel the event requests, when the event requests
-    the in-app copy the plan escalates from; [] otherwise (every channel goes out at once)."""
+    the in-app copy the plan escalates from; [] otherwise (every channel goes out at once).
+    `delays`: the tenant's, else the code's."""
     if kind is None or kind.escalation is None or "in_app" not in channels:
         return []
     plan: list[tuple[str, int]] = []
     offset = 0
-    for step in kind.escalation.steps:
+    after = delays if delays is not None else kind.escalation.delays
+    for step, delay in zip(kind.escalation.steps, after, strict=True):
         # A step whose channel is not requested is left out; its delay still counts, so the
         # later steps keep their due times relative to it.
-        offset += step.after_seconds
+        offset += delay
         if step.channel in channels:
             plan.append((step.channel, offset))
     return plan

@@ -89,6 +89,12 @@ class Escalation:
     def delays(self) -> tuple[int, ...]:
         return tuple(step.after_seconds for step in self.steps)
 
+    def delays_with(self, stored: Iterable[int] | None) -> tuple[int, ...]:
+        """A tenant's stored delays, else the code's. Stored delays that no longer fit the plan
+        (a release changed its steps) are ignored: the code is the fallback."""
+        found = tuple(stored) if stored is not None else ()
+        return found if stored is not None and len(found) == len(self.steps) else self.delays
+
 
 MIN_ESCALATION_DELAY = 1
 MAX_ESCALATION_DELAY = 30 * 86_400
