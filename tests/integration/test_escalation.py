@@ -361,6 +361,34 @@ async def test_the_scheduler_tick_decides_under_its_lease(
     assert [x["state"] for x in await _steps(engine, tenant)] == ["sent", "pending"]
 
 
+async def test_reading_in_the_inbox_stops_the_plan_at_no_cost_to_mark_read(
+    engine: AsyncEngine, tenant: str, settings: Settings, client: AsyncClient
+) -> None:
+    """The inbox's own mark-read route (herald.centre) is the read; the plan stops at the next
+    step's due time. Mark-read costs zero extra statements: nothing on its path names the step
+    table, and the scheduler's check (the claim's recipient probe) reads `read_at` itself."""
+    from pathlib import Path
+
+    import herald.centre
+    from herald.auth.service import sign_token
+
+    (person,) = await _people(engine, tenant)
+    await _send(engine, tenant, [person])
+    token = sign_token(settings, tenant_id=tenant, subject=person.external_id)
+    headers = {"Authorization": f"Bearer {token}"}
+    listed = await client.get("/v1/me/notifications", headers=headers)
+    [item] = listed.json()["items"]
+    read = await client.post(f"/v1/me/notifications/{item['id']}/read", headers=headers)
+    assert read.status_code == 200, read.text
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    assert [x["reason"] for x in await _steps(engine, tenant)] == ["read", "read"]
+    assert await _deliveries(engine, tenant) == [(person.id, "in_app", "delivered")]
+    centre = Path(herald.centre.__file__).parent
+    for source in centre.glob("*.py"):
+        assert "escalation" not in source.read_text(encoding="utf-8"), source.name
+
+
 async def test_the_claim_reads_the_due_index_and_stops_at_its_limit(
     engine: AsyncEngine, tenant: str
 ) -> None:
