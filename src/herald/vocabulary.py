@@ -201,11 +201,13 @@ PARKED_RECEIPT_CHANNELS: Final[tuple[str, ...]] = ("sms",)
 EscalationStepState = Literal["pending", "sent", "skipped", "stopped"]
 ESCALATION_STEP_STATES: Final[tuple[str, ...]] = get_args(EscalationStepState)
 # Why a step was decided as it was: `read` stops the plan, `recipient_gone` (the recipient row
-# or person is gone, or suspended) stops or skips it, `preference` skips the step (the person
-# switched the channel off), `already_sent` marks a step whose delivery existed already.
+# or person is gone, or suspended) and `event_cancelled` (the event was cancelled) stop it,
+# `preference` skips the step (the person switched the channel off), `already_sent` marks a
+# step whose delivery existed already.
 ESCALATION_REASONS: Final[tuple[str, ...]] = (
     "read",
     "recipient_gone",
+    "event_cancelled",
     "preference",
     "already_sent",
 )

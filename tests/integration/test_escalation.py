@@ -292,6 +292,23 @@ async def test_the_console_trace_page_shows_the_steps(
     assert "Waiting: sent on this channel at its due time" in page.text
 
 
+async def test_a_cancelled_event_stops_its_plan(engine: AsyncEngine, tenant: str) -> None:
+    (person,) = await _people(engine, tenant)
+    event_id = await _send(engine, tenant, [person])
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(s.notification_event)
+            .where(s.notification_event.c.public_id == event_id)
+            .values(cancelled_at=func.now(), cancelled_by="person:x")
+        )
+    await _nudge(engine, tenant, 1)
+    await _decide(engine)
+    assert {(x["state"], x["reason"]) for x in await _steps(engine, tenant)} == {
+        ("stopped", "event_cancelled")
+    }
+    assert await _deliveries(engine, tenant) == [(person.id, "in_app", "delivered")]
+
+
 async def test_a_later_step_waits_for_the_one_before_it(engine: AsyncEngine, tenant: str) -> None:
     """Both steps overdue (a scheduler back from an outage): one decision takes only the
     earliest pending step of a recipient, so a read between the two still stops the second."""

@@ -77,7 +77,8 @@ class TraceEscalationStep(_Model):
     channel: str
     # pending | sent | skipped | stopped
     state: str
-    # waiting | stops_at_due_time | sent | already_sent | preference | read | recipient_gone
+    # waiting | stops_at_due_time | sent | already_sent | preference | read | recipient_gone |
+    # event_cancelled
     reason_code: str
     reason: str
     # When the step is (or was) due; a pending step waits until then.

@@ -191,6 +191,7 @@ _STEP_WORDS = {
     "preference": "Skipped: the person's preferences turn this channel off; the plan moved on.",
     "read": "Stopped: the person read it before this step was due.",
     "recipient_gone": "Stopped: the person was erased, deleted or suspended before it was due.",
+    "event_cancelled": "Stopped: the event was cancelled before this step was due.",
 }
 
 

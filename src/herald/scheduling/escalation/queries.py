@@ -5,8 +5,8 @@
   due     the due pending steps, by the partial due index in its order, at most :limit, each
           the earliest pending step of its recipient (a later step waits for the one before it
           to be decided), locked FOR UPDATE SKIP LOCKED (a second scheduler takes others)
-  judged  each step's verdict: stopped (the in-app copy was read, or the recipient or person is
-          gone or suspended), skipped (the person's preference for the step's channel is off:
+  judged  each step's verdict: stopped (the in-app copy was read, the recipient or person is
+          gone or suspended, or the event was cancelled), skipped (the person's preference for the step's channel is off:
           the category override, then the channel switch, then the category's code default,
           unless the kind is unsuppressible), else send
   ins_d   the step's delivery, queued, with the fan-out's uniqueness (one delivery per recipient
@@ -70,6 +70,7 @@ WITH due AS (
              WHEN r.id IS NULL OR r.user_id IS NULL OR p.id IS NULL OR p.deleted_at IS NOT NULL
                THEN 'stopped:recipient_gone'
              WHEN r.read_at IS NOT NULL THEN 'stopped:read'
+             WHEN e.cancelled_at IS NOT NULL THEN 'stopped:event_cancelled'
              WHEN p.status IN {_GONE} THEN 'stopped:recipient_gone'
              WHEN st.suppressible AND NOT coalesce(np.enabled, cp.enabled, {_code_default()})
                THEN 'skipped:preference'
@@ -80,6 +81,7 @@ WITH due AS (
       LEFT JOIN notification_recipient r
              ON r.id = st.recipient_id AND r.occurred_at = st.occurred_at
       LEFT JOIN person p ON p.id = r.user_id
+      LEFT JOIN notification_event e ON e.id = st.event_id AND e.occurred_at = st.occurred_at
       LEFT JOIN notification_preference np
              ON np.person_id = r.user_id AND np.category = st.category
             AND np.channel = st.channel

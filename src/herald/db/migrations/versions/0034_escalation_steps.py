@@ -47,7 +47,8 @@ CREATE TABLE {T} (
     CONSTRAINT {T}_recipient_id_step_index_key UNIQUE (recipient_id, step_index),
     CONSTRAINT {T}_state_check CHECK (state IN ('pending', 'sent', 'skipped', 'stopped')),
     CONSTRAINT {T}_reason_check CHECK (
-        reason IS NULL OR reason IN ('read', 'recipient_gone', 'preference', 'already_sent')),
+        reason IS NULL OR reason IN ('read', 'recipient_gone', 'event_cancelled', 'preference',
+                                     'already_sent')),
     CONSTRAINT {T}_channel_check CHECK (
         channel IN ('email', 'sms', 'push', 'telegram', 'slack', 'teams')),
     CONSTRAINT {T}_step_index_positive_check CHECK (step_index >= 1),
