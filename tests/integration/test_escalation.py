@@ -419,6 +419,8 @@ async def test_the_claim_reads_the_due_index_and_stops_at_its_limit(
         )
     assert "notification_escalation_step_due_idx" in plan
     assert "Limit" in plan
+    # The read check: the recipient by its primary key in its month, never a scan.
+    assert "Index Scan using notification_recipient_pkey" in plan
 
 
 async def test_erasing_a_person_deletes_their_steps(engine: AsyncEngine, tenant: str) -> None:
