@@ -1,5 +1,6 @@
-"""`herald scheduler`: the reminder cycle (and, as they land, broadcast release) ticking until
-asked to stop, and the follow-up sweeps on their own timer beside it.
+"""`herald scheduler`: the reminder cycle, broadcast release and the escalation steps
+(docs/escalation.md), each under its own lease, ticking until asked to stop, and the follow-up
+sweeps on their own timer beside it.
 
 Any number may run against one database: the reminder cycle runs only in the one holding the
 database lease (R-OPS-13). On a stop request it interrupts its wait at once (R-OPS-10), starts no
