@@ -638,3 +638,67 @@ class ProviderAccountVersionConflict(Conflict):
     """The provider account changed since it was read; read it again and retry."""
 
     code = "NOTIFICATION_PROVIDER_ACCOUNT_VERSION_CONFLICT"
+
+
+# --- channel escalation (docs/escalation.md) ----------------------------------------------------
+
+
+class KindNotFound(NotFound):
+    """The registry has no such kind."""
+
+    code = "NOTIFICATION_KIND_NOT_FOUND"
+
+
+class EscalationOverrideNotFound(NotFound):
+    """This kind has no escalation override for the tenant; it already uses the code's plan."""
+
+    code = "NOTIFICATION_ESCALATION_OVERRIDE_NOT_FOUND"
+
+
+class EscalationPlanInvalid(ValidationFailed):
+    """The escalation plan is not valid; the message names the step."""
+
+    code = "ESCALATION_PLAN_INVALID"
+    status = 422
+
+
+class EscalationNotDeclared(EscalationPlanInvalid):
+    """The kind declares no escalation plan, so there are no delays to change."""
+
+    code = "ESCALATION_NOT_DECLARED"
+
+
+class EscalationEmpty(EscalationPlanInvalid):
+    """An escalation plan has at least one step."""
+
+    code = "ESCALATION_EMPTY"
+
+
+class EscalationUnknownChannel(EscalationPlanInvalid):
+    """A step names a channel the kind cannot escalate to."""
+
+    code = "ESCALATION_UNKNOWN_CHANNEL"
+
+
+class EscalationCycle(EscalationPlanInvalid):
+    """A channel appears twice in the plan."""
+
+    code = "ESCALATION_CYCLE"
+
+
+class EscalationStepBeforePredecessor(EscalationPlanInvalid):
+    """A step would be due before the step it follows."""
+
+    code = "ESCALATION_STEP_BEFORE_PREDECESSOR"
+
+
+class EscalationDelayOutOfRange(EscalationPlanInvalid):
+    """A step's delay is 1 second to 30 days."""
+
+    code = "ESCALATION_DELAY_OUT_OF_RANGE"
+
+
+class EscalationChannelsFixed(EscalationPlanInvalid):
+    """An override changes the delays only: its steps are the code's channels, in order."""
+
+    code = "ESCALATION_CHANNELS_FIXED"

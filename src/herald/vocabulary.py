@@ -158,7 +158,7 @@ PERMISSIONS: Final[tuple[str, ...]] = (
 
 # The providers a tenant may hold its own account for (herald.channels.accounts).
 AccountProvider = Literal[
-    "smtp", "resend", "twilio", "aakash", "telegram", "slack", "fcm", "webpush"
+    "smtp", "resend", "twilio", "aakash", "telegram", "slack", "fcm", "webpush", "whatsapp"
 ]
 ACCOUNT_PROVIDERS: Final[tuple[str, ...]] = get_args(AccountProvider)
 
@@ -209,6 +209,21 @@ UNDELIVERABLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms", "whatsapp")
 # of every email of the account, Herald's or not, so an unknown Resend id is not kept.
 PARKED_RECEIPT_PROVIDERS: Final[tuple[str, ...]] = ("twilio",)
 PARKED_RECEIPT_CHANNELS: Final[tuple[str, ...]] = ("sms",)
+
+# An escalation step (herald.scheduling.escalation): pending until due, then decided once.
+EscalationStepState = Literal["pending", "sent", "skipped", "stopped"]
+ESCALATION_STEP_STATES: Final[tuple[str, ...]] = get_args(EscalationStepState)
+# Why a step was decided as it was: `read` stops the plan, `recipient_gone` (the recipient row
+# or person is gone, or suspended) and `event_cancelled` (the event was cancelled) stop it,
+# `preference` skips the step (the person switched the channel off), `already_sent` marks a
+# step whose delivery existed already.
+ESCALATION_REASONS: Final[tuple[str, ...]] = (
+    "read",
+    "recipient_gone",
+    "event_cancelled",
+    "preference",
+    "already_sent",
+)
 
 EventState = Literal["scheduled", "pending", "fanning_out", "completed", "cancelled", "failed"]
 EVENT_STATES: Final[tuple[str, ...]] = get_args(EventState)

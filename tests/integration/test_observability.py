@@ -211,6 +211,33 @@ async def test_scheduler_lag_reports_the_oldest_due_reminder(
             )
 
 
+async def test_scheduler_lag_reports_the_oldest_due_escalation_step(
+    client: AsyncClient, engine: AsyncEngine, tenant: str
+) -> None:
+    """docs/escalation.md: a due step nobody decided shows as source="escalation"."""
+    st = s.notification_escalation_step
+    async with engine.begin() as conn:
+        await conn.execute(
+            st.insert().values(
+                tenant_id=tenant,
+                event_id=1,
+                recipient_id=-1,
+                occurred_at=func.now(),
+                category="announcement",
+                suppressible=True,
+                step_index=1,
+                channel="email",
+                due_at=func.now() - timedelta(minutes=10),
+            )
+        )
+    try:
+        text = await scrape(client, engine, tenant)
+        assert gauge(text, "herald_scheduler_lag_seconds", source="escalation") >= 600
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(st.delete().where(st.c.tenant_id == tenant))
+
+
 async def test_request_id_is_echoed_generated_and_stored_on_the_event(
     client: AsyncClient, engine: AsyncEngine, tenant: str
 ) -> None:

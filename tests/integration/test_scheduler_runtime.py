@@ -67,7 +67,8 @@ async def test_stop_interrupts_the_wait_and_hands_the_lease_back(
         if holders:
             break
         await asyncio.sleep(0.05)
-    assert holders == ["stopping"]
+    # The reminder lease, and the escalation lease once its step has run (docs/escalation.md).
+    assert set(holders) == {"stopping"}
     stop.set()
     await asyncio.wait_for(task, BOUND)
     async with engine.connect() as conn:

@@ -88,6 +88,33 @@ async def _populate(engine: AsyncEngine, tenant: str) -> None:
             ),
             registry=SAMPLE_REGISTRY,
         )
+        # An escalating kind: its fan-out writes escalation steps (docs/escalation.md).
+        await asend(
+            conn,
+            SendInput(
+                tenant_id=tenant,
+                kind="announcement.urgent",
+                audience={"kind": "all_users"},
+                channels=["in_app", "email"],
+                variables={"title": "Closed", "message": "Rain"},
+            ),
+            registry=SAMPLE_REGISTRY,
+        )
+        # A tenant's escalation delays, with their first version (herald.admin.kinds).
+        await conn.execute(
+            text(
+                "INSERT INTO notification_escalation_override (tenant_id, kind, delays, version, "
+                "updated_by) VALUES (:t, 'announcement.urgent', '{600,3600}', 1, 'person:x')"
+            ),
+            {"t": tenant},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO notification_escalation_override_version (tenant_id, kind, version, "
+                "delays, actor) VALUES (:t, 'announcement.urgent', 1, '{600,3600}', 'person:x')"
+            ),
+            {"t": tenant},
+        )
         notice = await feed.publish(
             conn,
             tenant_id=tenant,
@@ -205,6 +232,9 @@ async def test_herald_app_sees_and_writes_only_its_own_tenant(
             "notification_recipient",
             "notification_delivery",
             "notification_delivery_queue",
+            "notification_escalation_step",
+            "notification_escalation_override",
+            "notification_escalation_override_version",
             "feed_notification",
             "feed_notification_read",
             "followup",

@@ -821,7 +821,7 @@ def test_whatsapp_migration_on_a_populated_database(empty_database: str) -> None
     """0031 on a database holding deliveries: every channel check takes whatsapp (an event, a
     delivery, its attempt, a preference and an undeliverable mark on it go in), the rows already
     there are untouched; down removes what only WhatsApp held (an event keeps its other
-    channels, or the inbox) and gives back 0030's catalog."""
+    channels, or the inbox) and gives back the catalog before it."""
     url = libpq_url(empty_database)
     migrate.upgrade(empty_database, "0020")
     with psycopg.connect(url) as conn:
@@ -957,9 +957,9 @@ def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
 def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
     """0032 adds notification_provider_account under forced row-level security: one account per
     (tenant, provider), a provider outside the list refused, another tenant's row invisible to
-    herald_app; down drops it and gives back 0030's catalog."""
+    herald_app; down drops it and gives back the catalog before it."""
     url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0030")
+    migrate.upgrade(empty_database, "0031")
     before = catalog(empty_database)
     migrate.upgrade(empty_database, "0032")
     with psycopg.connect(url) as conn:
@@ -983,7 +983,7 @@ def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
         assert conn.execute("SELECT tenant_id FROM notification_provider_account").fetchall() == [
             ("a",)
         ]
-    migrate.downgrade(empty_database, "0030")
+    migrate.downgrade(empty_database, "0031")
     assert catalog(empty_database) == before
     migrate.upgrade(empty_database)
 
@@ -991,13 +991,13 @@ def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
 def test_local_time_and_quiet_hours_migration(empty_database: str) -> None:
     """0033 on a database holding events and a preference set: they read NULL for the new
     columns; an event takes a local time (and date) but not with scheduledFor, a set takes
-    quiet hours as a pair with start and end apart; down gives back 0030's catalog with the
+    quiet hours as a pair with start and end apart; down gives back the catalog before it with the
     rows still there."""
     url = libpq_url(empty_database)
     migrate.upgrade(empty_database, "0020")
     with psycopg.connect(url) as conn:
         conn.execute(POPULATE_0020)
-    migrate.upgrade(empty_database, "0030")
+    migrate.upgrade(empty_database, "0032")
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO notification_preference_set (tenant_id, person_id, version) "
@@ -1036,7 +1036,56 @@ def test_local_time_and_quiet_hours_migration(empty_database: str) -> None:
                     (start, end),
                 )
         conn.execute("DELETE FROM notification_event WHERE deliver_local_time IS NOT NULL")
-    migrate.downgrade(empty_database, "0030")
+    migrate.downgrade(empty_database, "0032")
     assert catalog(empty_database) == before
     with psycopg.connect(url) as conn:
         assert conn.execute(ROWS).fetchone() == kept
+
+
+def test_escalation_steps_migration_round_trip(empty_database: str) -> None:
+    """0034 adds the escalation step table under RLS, with its partial due index and checks; a
+    step row can be written and a bad one is refused; down drops it and gives back the catalog."""
+    url = libpq_url(empty_database)
+    migrate.upgrade(empty_database, "0033")
+    before = catalog(empty_database)
+    migrate.upgrade(empty_database, "0034")
+    insert_step = (
+        "INSERT INTO notification_escalation_step (tenant_id, event_id, recipient_id, occurred_at, "
+        "category, suppressible, step_index, channel, due_at, state, decided_at) "
+        "VALUES ('t1', 1, 1, now(), 'announcement', true, %s, %s, now(), %s, %s)"
+    )
+    with psycopg.connect(url) as conn:
+        conn.execute(insert_step, (1, "email", "pending", None))
+        for bad in [
+            (2, "in_app", "pending", None),  # in-app is never a later step
+            (2, "sms", "sent", None),  # decided without a decision time
+            (1, "sms", "pending", None),  # the recipient's step 1 exists
+            (0, "sms", "pending", None),
+        ]:
+            with pytest.raises(psycopg.errors.IntegrityError), conn.transaction():
+                conn.execute(insert_step, bad)
+        plan = conn.execute(
+            "SELECT indexdef FROM pg_indexes "
+            "WHERE indexname = 'notification_escalation_step_due_idx'"
+        ).fetchone()
+        assert plan is not None and "WHERE (state = 'pending'::text)" in plan[0]
+        forced = conn.execute(
+            "SELECT relrowsecurity, relforcerowsecurity FROM pg_class "
+            "WHERE relname = 'notification_escalation_step'"
+        ).fetchone()
+        assert forced == (True, True)
+        override = (
+            "INSERT INTO notification_escalation_override (tenant_id, kind, delays, version, "
+            "updated_by) VALUES ('t1', %s, %s, 1, 'person:x')"
+        )
+        conn.execute(override, ("announcement.urgent", [600, 3600]))
+        conn.execute(override, ("other.kind", None))  # reverted: the code's plan
+        for delays in ([0, 60], [60, 2592001], []):
+            with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+                conn.execute(override, ("third.kind", delays))
+        conn.execute(
+            "INSERT INTO notification_escalation_override_version (tenant_id, kind, version, "
+            "delays, actor) VALUES ('t1', 'announcement.urgent', 1, '{600,3600}', 'person:x')"
+        )
+    migrate.downgrade(empty_database, "0033")
+    assert catalog(empty_database) == before

@@ -317,6 +317,15 @@ SAMPLE_TABLE: dict[str, tuple[str, set[str], str, bool, set[str], set[str]]] = {
         set(),
     ),
     "event.scheduled": ("events", {"in_app", "email"}, "collapse", False, {"title", "date"}, set()),
+    # Issue 45: in-app now, email after 30 minutes unread, SMS 2 hours after that.
+    "announcement.urgent": (
+        "announcement",
+        {"in_app", "email", "sms"},
+        "repeatable",
+        False,
+        {"title", "message"},
+        set(),
+    ),
     "system.maintenance": ("system", {"in_app", "email"}, "collapse", False, {"window"}, set()),
     "staff.notice": (
         "announcement",
@@ -441,3 +450,67 @@ def test_a_digest_brings_its_kind_and_refuses_what_cannot_be_held() -> None:
     ):
         with pytest.raises(RegistryError):
             Registry([replace(base, digest=bad)])
+
+
+# --- escalation plans (docs/escalation.md) ------------------------------------------------------
+
+
+def _escalating(*steps: tuple[str, int], **changes: Any) -> Kind:
+    from herald.kinds.registry import Escalation, EscalationStep
+
+    email = {"en": Template(title="{{title}}", body="Dear {{name}}")}
+    return _kind(
+        channels=("in_app", "sms", "email"),
+        templates={**_kind().templates, "email": email},
+        escalation=Escalation(steps=tuple(EscalationStep(c, d) for c, d in steps)),
+        **changes,
+    )
+
+
+def test_an_escalation_plan_boots() -> None:
+    registry = Registry([_escalating(("email", 1800), ("sms", 7200))])
+    kind = registry.get("demo.posted")
+    assert kind is not None and kind.escalation is not None
+    assert kind.escalation.channels == ("email", "sms")
+    assert SAMPLE_REGISTRY.get("announcement.urgent") is not None
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ((("email", -60),), "before the step it follows"),
+        ((("email", 0),), "a delay is 1..2592000 seconds"),
+        ((("email", 30 * 86_400 + 1),), "a delay is 1..2592000 seconds"),
+        ((("fax", 60),), "unknown channel 'fax'"),
+        ((("push", 60),), "cannot escalate to 'push'"),
+        ((("in_app", 60),), "cannot escalate to 'in_app'"),
+        ((("email", 60), ("sms", 60), ("email", 60)), "'email' appears twice"),
+        ((), "at least one step"),
+    ],
+)
+def test_a_bad_escalation_plan_is_refused_at_load(
+    steps: tuple[tuple[str, int], ...], message: str
+) -> None:
+    with pytest.raises(RegistryError, match=re.escape(message)):
+        Registry([_escalating(*steps)])
+
+
+def test_a_plan_escalates_only_to_declared_channels_from_an_in_app_copy() -> None:
+    from herald.kinds.registry import Escalation, EscalationStep
+
+    with pytest.raises(RegistryError, match="cannot escalate to 'telegram'"):
+        Registry([_escalating(("telegram", 60))])
+    no_in_app = _kind(
+        channels=("sms",),
+        templates={"sms": {"en": Template(body="{{title}}")}},
+        escalation=Escalation(steps=(EscalationStep("sms", 60),)),
+    )
+    with pytest.raises(RegistryError, match="escalates from an in-app copy"):
+        Registry([no_in_app])
+
+
+def test_a_channel_is_digested_or_escalated_not_both() -> None:
+    from herald.kinds.registry import Digest
+
+    with pytest.raises(RegistryError, match="digested or escalated"):
+        Registry([_escalating(("email", 60), digest=Digest(window_seconds=600))])

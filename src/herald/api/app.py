@@ -274,6 +274,7 @@ def _routers() -> list[APIRouter]:
     serve the same path, so the order decides nothing else."""
     from herald.admin.dead_letters import routes as admin_dead_letters
     from herald.admin.history import routes as admin_history
+    from herald.admin.kinds import routes as admin_kinds
     from herald.admin.providers import routes as admin_providers
     from herald.admin.templates import routes as admin_templates
     from herald.admin.trace import routes as admin_trace
@@ -308,6 +309,7 @@ def _routers() -> list[APIRouter]:
         devices.webpush_router,
         feed.router,
         admin_templates.router,
+        admin_kinds.router,
         admin_history.router,
         admin_dead_letters.router,
         admin_trace.router,

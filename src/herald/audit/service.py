@@ -27,6 +27,7 @@ from herald.auth.service import Operator
 # column, so the module is derived from entity_type (one entity type, one module).
 MODULES: Mapping[str, str] = {
     "notification_template": "NotificationTemplate",
+    "notification_escalation_override": "NotificationTemplate",
     "notification_event": "NotificationHistory",
     "notification_delivery": "NotificationHistory",
     "dead_letter": "NotificationFailure",

@@ -130,6 +130,13 @@ class WebPushAccount(_Account):
     )
 
 
+class WhatsAppAccount(_Account):
+    # A system user's Cloud API access token, and the business phone number id it sends from.
+    # The webhook's app secret stays the deployment's: Meta signs every receipt to one endpoint.
+    token: str | None = _secret()
+    phone_number_id: str | None = Field(default=None, pattern=r"^[0-9]{5,20}$")
+
+
 class ProviderSpec(BaseModel):
     """One provider a tenant may hold an account for."""
 
@@ -211,6 +218,13 @@ SPECS: Final[Mapping[str, ProviderSpec]] = {
             {"service_account_json"},
         ),
         _spec("webpush", "push", WebPushAccount, {"vapid_subject": "webpush_vapid_subject"}, set()),
+        _spec(
+            "whatsapp",
+            "whatsapp",
+            WhatsAppAccount,
+            {"token": "whatsapp_token", "phone_number_id": "whatsapp_phone_number_id"},
+            {"token"},
+        ),
     )
 }
 PROVIDERS: Final[tuple[str, ...]] = tuple(SPECS)

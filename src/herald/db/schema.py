@@ -1191,6 +1191,103 @@ followup = Table(
 )
 
 # ---------------------------------------------------------------------------------------------
+# Channel escalation (issue 45, migration 0034, docs/escalation.md): one row per later step of a
+# kind's plan per recipient, written by the fan-out in the statement that writes the in-app row,
+# decided once by the scheduler in the transaction that writes the step's delivery.
+notification_escalation_step = Table(
+    "notification_escalation_step",
+    metadata,
+    _id(),
+    _tenant(),
+    # The recipient and its month (no foreign key into the partitioned tables: the fan-out
+    # writes the step from the recipient row it has just written, and retention deletes the
+    # decided steps by age).
+    Column("event_id", BigInteger, nullable=False),
+    Column("recipient_id", BigInteger, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    # The recipient's person (erasure deletes its steps); NULL once the person is gone.
+    Column("person_id", BigInteger),
+    # The event's category and whether preferences may suppress the kind, copied at fan-out so
+    # the decision reads the step, the recipient and two preference rows only.
+    Column("category", Text, nullable=False),
+    Column("suppressible", Boolean, nullable=False),
+    Column("step_index", Integer, nullable=False),
+    Column("channel", Text, nullable=False),
+    # Fixed at fan-out: each step's delay after the previous step's due time.
+    Column("due_at", TZ, nullable=False),
+    Column("state", Text, nullable=False, server_default="pending"),
+    Column("reason", Text),
+    Column("decided_at", TZ),
+    # The delivery the step wrote (state sent).
+    Column("delivery_id", BigInteger),
+    _created_at(),
+    # One row per (recipient, step): a redelivered fan-out page writes no step twice.
+    UniqueConstraint("recipient_id", "step_index"),
+    vocab_check("state", vocabulary.ESCALATION_STEP_STATES, "state"),
+    vocab_check("reason", vocabulary.ESCALATION_REASONS, "reason", nullable=True),
+    vocab_check("channel", vocabulary.REMOTE_CHANNELS, "channel"),
+    CheckConstraint("step_index >= 1", name="step_index_positive"),
+    CheckConstraint("(state = 'pending') = (decided_at IS NULL)", name="decided_pair"),
+    # What the scheduler claims, in the claim's order: a range scan that stops at its LIMIT
+    # however many steps are pending (docs/escalation.md, bench/escalation.py).
+    Index(
+        "notification_escalation_step_due_idx",
+        "due_at",
+        "id",
+        postgresql_where=text("state = 'pending'"),
+    ),
+    # Retention ages decided steps out; erasure finds a person's steps.
+    Index(
+        "notification_escalation_step_decided_idx",
+        "decided_at",
+        postgresql_where=text("state <> 'pending'"),
+    ),
+    Index("notification_escalation_step_person_idx", "person_id"),
+    Index("notification_escalation_step_event_idx", "event_id"),
+)
+
+# A tenant's delays for a kind's escalation plan (PUT /v1/admin/kinds/{kind}/escalation): the
+# code's plan is the fallback, and `delays` NULL is a reverted override (the row keeps counting
+# versions). Versioned like template overrides: every change bumps `version` under the row's
+# lock and appends a version row, which is never updated.
+notification_escalation_override = Table(
+    "notification_escalation_override",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("kind", Text, nullable=False),
+    # Seconds after the previous step's due time, one per step of the code's plan, in order.
+    Column("delays", ARRAY(Integer)),
+    Column("version", Integer, nullable=False),
+    Column("updated_by", Text, nullable=False),
+    _created_at(),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    UniqueConstraint("tenant_id", "kind"),
+    CheckConstraint("version >= 1", name="version_positive"),
+    CheckConstraint(
+        "delays IS NULL OR (cardinality(delays) >= 1 AND 0 < ALL (delays) "
+        "AND 2592000 >= ALL (delays))",
+        name="delays_in_range",
+    ),
+)
+
+notification_escalation_override_version = Table(
+    "notification_escalation_override_version",
+    metadata,
+    _id(),
+    _tenant(),
+    Column("kind", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    # NULL: this version reverted to the code's plan.
+    Column("delays", ARRAY(Integer)),
+    Column("actor", Text, nullable=False),
+    _created_at(),
+    UniqueConstraint(
+        "tenant_id", "kind", "version", name="notification_escalation_override_version_key"
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
 # Outbound webhooks to the host (issue 16). An endpoint's signing secret must be readable to
 # sign, so it is stored Fernet-encrypted with the vault key, which lives outside the database.
 

@@ -261,8 +261,9 @@ async def erase_person(
     the orphaned uuid and the timestamps remain (R-ERASE-2, R-ERASE-3). Events addressed to them
     alone (a `users` audience of just them) lose their variables too, which were theirs alone;
     events others received keep theirs (erasure.scrub_variables_of_events_for says why). Role
-    grants, memberships, guardianships, preferences, push tokens, feed read receipts and the
-    follow-ups whose audience names the person go with the person.
+    grants, memberships, guardianships, preferences, push tokens, feed read receipts, the
+    follow-ups whose audience names the person and their escalation steps (a pending one must
+    never send) go with the person.
 
     Audited as `erase` on the person's public id, with counts only (nothing personal); an API key
     caller is recorded as `api_key` unless `operator` says who acted.
@@ -280,6 +281,7 @@ async def erase_person(
     kept = await erasure.orphan_recipients_of_person(conn, person.id)
     followups = await erasure.delete_followups_naming_person(conn, tenant_id, external_id)
     await erasure.delete_undeliverable_of_person(conn, person.id)
+    await erasure.delete_escalation_steps_of_person(conn, person.id)
     await erasure.hard_delete_person(conn, person.id)
     await audit.record_audit(
         conn,

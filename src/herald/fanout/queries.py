@@ -257,6 +257,19 @@ async def published_overrides(
     return [row._asdict() for row in rows]
 
 
+async def escalation_delays(conn: AsyncConnection, tenant_id: str, kind: str) -> list[int] | None:
+    """The tenant's delays for the kind's escalation plan (PUT /v1/admin/kinds/{kind}/escalation),
+    None for the code's; read once per batch, only for a kind with a plan."""
+    o = s.notification_escalation_override
+    found = await conn.execute(
+        select(o.c.delays).where(
+            o.c.tenant_id == tenant_id, o.c.kind == kind, o.c.delays.is_not(None)
+        )
+    )
+    delays = found.scalar_one_or_none()
+    return list(delays) if delays is not None else None
+
+
 async def release_orphaned_fanout_claims(
     conn: AsyncConnection, namespace: int, limit: int
 ) -> list[int]:

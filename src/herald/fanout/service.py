@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from typing import Any
@@ -145,12 +146,23 @@ async def _write_page_set(
 ) -> tuple[int, int | None]:
     """The page, its recipients and their deliveries in one statement (fanout.pagewrite);
     returns the page's length and its last person id (None for an empty page)."""
+    plan: list[tuple[str, int]] = []
+    if kind is not None and kind.escalation is not None and "in_app" in event.channels:
+        # The tenant's delays, read once per batch like the template overrides.
+        stored = await queries.escalation_delays(conn, event.tenant_id, kind.name)
+        plan = escalation_plan(kind, event.channels, kind.escalation.delays_with(stored))
     wording = None
     if "in_app" in event.channels and kind is not None and "in_app" in kind.channels:
         # Overrides only when in_app is requested (R-FANOUT-13); read once per batch.
         wording = in_app_wording(kind, event.variables, await _overrides(conn, event))
-    statement = _batch_statement(event, kind, batch_size, renders_in_app=wording is not None)
-    params = {"fanout_after": cursor, **pagewrite.wording_params(wording)}
+    statement = _batch_statement(
+        event, kind, batch_size, renders_in_app=wording is not None, escalates=bool(plan)
+    )
+    params = {
+        "fanout_after": cursor,
+        **pagewrite.wording_params(wording),
+        **(pagewrite.escalation_params(plan) if plan else {}),
+    }
     if event.deliver_local_time is not None:
         moments = local_moments(
             event.deliver_local_time, event.deliver_local_date, await queries.now(conn)
@@ -183,8 +195,34 @@ _STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
 _STATEMENTS_KEPT = 64
 
 
+def escalation_plan(
+    kind: Kind | None, channels: list[str], delays: Sequence[int] | None = None
+) -> list[tuple[str, int]]:
+    """The later steps the fan-out writes for this event: (channel, cumulative offset in seconds)
+    of each step of the kind's plan whose channel the event requests, when the event requests
+    the in-app copy the plan escalates from; [] otherwise (every channel goes out at once).
+    `delays`: the tenant's, else the code's."""
+    if kind is None or kind.escalation is None or "in_app" not in channels:
+        return []
+    plan: list[tuple[str, int]] = []
+    offset = 0
+    after = delays if delays is not None else kind.escalation.delays
+    for step, delay in zip(kind.escalation.steps, after, strict=True):
+        # A step whose channel is not requested is left out; its delay still counts, so the
+        # later steps keep their due times relative to it.
+        offset += delay
+        if step.channel in channels:
+            plan.append((step.channel, offset))
+    return plan
+
+
 def _batch_statement(
-    event: ClaimedEvent, kind: Kind | None, batch_size: int, *, renders_in_app: bool
+    event: ClaimedEvent,
+    kind: Kind | None,
+    batch_size: int,
+    *,
+    renders_in_app: bool,
+    escalates: bool = False,
 ) -> Select[Any]:
     key = (
         event.id,
@@ -200,6 +238,7 @@ def _batch_statement(
         batch_size,
         renders_in_app,
         event.deliver_local_time is not None,
+        escalates,
     )
     found = _STATEMENTS.get(key)
     if found is None:
@@ -216,10 +255,12 @@ def _batch_statement(
             event_id=event.id,
             occurred_at=event.occurred_at,
             category=event.category,
-            channels=event.channels,
+            # The plan's channels go out later, as steps (herald.scheduling.escalation).
+            channels=_immediate(event, kind) if escalates else event.channels,
             kind=kind,
             renders_in_app=renders_in_app,
             deliver_at=event.deliver_local_time is not None,
+            escalates=escalates,
         )
         while len(_STATEMENTS) >= _STATEMENTS_KEPT:
             del _STATEMENTS[next(iter(_STATEMENTS))]
@@ -244,6 +285,11 @@ def _local_moments(at: time, day: date | None, after: datetime) -> dict[str, dat
         else:
             moments[name] = clock.next_local_moment(after, at, tz)
     return moments
+
+
+def _immediate(event: ClaimedEvent, kind: Kind | None) -> list[str]:
+    later = set(kind.escalation.channels) if kind is not None and kind.escalation else set()
+    return [channel for channel in event.channels if channel not in later]
 
 
 async def _overrides(conn: AsyncConnection, event: ClaimedEvent) -> dict[OverrideKey, Override]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from herald.kinds.registry import (
     Digest,
+    Escalation,
+    EscalationStep,
     Kind,
     Registry,
     Template,
@@ -14,6 +16,8 @@ from herald.kinds.registry import (
 
 __all__ = [
     "Digest",
+    "Escalation",
+    "EscalationStep",
     "Kind",
     "Registry",
     "Template",

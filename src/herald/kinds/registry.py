@@ -95,6 +95,84 @@ MIN_DIGEST_WINDOW = 60
 MAX_DIGEST_WINDOW = 7 * 86_400
 
 
+@dataclass(frozen=True)
+class EscalationStep:
+    """A later step of an escalation plan: send on `channel` if the in-app copy is still unread
+    `after_seconds` after the previous step's due time (the first step's: the fan-out)."""
+
+    channel: str
+    after_seconds: int
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """An ordered plan (herald.scheduling.escalation, docs/escalation.md): the in-app copy and
+    every requested channel not in the plan go out at fan-out; each step's channel goes out only
+    if the person has not read the in-app copy by its due time. Reading stops the plan."""
+
+    steps: tuple[EscalationStep, ...]
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return tuple(step.channel for step in self.steps)
+
+    @property
+    def delays(self) -> tuple[int, ...]:
+        return tuple(step.after_seconds for step in self.steps)
+
+    def delays_with(self, stored: Iterable[int] | None) -> tuple[int, ...]:
+        """A tenant's stored delays, else the code's. Stored delays that no longer fit the plan
+        (a release changed its steps) are ignored: the code is the fallback."""
+        found = tuple(stored) if stored is not None else ()
+        return found if stored is not None and len(found) == len(self.steps) else self.delays
+
+
+MIN_ESCALATION_DELAY = 1
+MAX_ESCALATION_DELAY = 30 * 86_400
+# Channels a plan may escalate to: one delivery per step (push, one per device, is not one yet).
+ESCALATION_CHANNELS: frozenset[str] = frozenset(
+    c for c in vocabulary.REMOTE_CHANNELS if c != "push"
+)
+
+
+def escalation_problem(
+    kind_channels: Iterable[str], channels: Iterable[str], delays: Iterable[int]
+) -> tuple[str, str] | None:
+    """(code, message) of the first thing wrong with a plan, or None. Shared by the registry
+    (raised at load) and the per-tenant override route (a 422 with the code)."""
+    declared = set(kind_channels)
+    seen: set[str] = set()
+    steps = list(zip(list(channels), list(delays), strict=False))
+    if not steps:
+        return "ESCALATION_EMPTY", "an escalation plan has at least one step"
+    if "in_app" not in declared:
+        return "ESCALATION_WITHOUT_IN_APP", "an escalation plan escalates from an in-app copy"
+    for index, (channel, delay) in enumerate(steps, start=1):
+        if channel not in vocabulary.CHANNELS:
+            return "ESCALATION_UNKNOWN_CHANNEL", f"step {index}: unknown channel {channel!r}"
+        if channel not in ESCALATION_CHANNELS or channel not in declared:
+            return (
+                "ESCALATION_UNKNOWN_CHANNEL",
+                f"step {index}: the kind cannot escalate to {channel!r}",
+            )
+        if channel in seen:
+            return "ESCALATION_CYCLE", f"step {index}: {channel!r} appears twice in the plan"
+        seen.add(channel)
+        if isinstance(delay, bool) or not isinstance(delay, int):
+            return "ESCALATION_DELAY_INVALID", f"step {index}: a delay is whole seconds"
+        if delay < 0:
+            return (
+                "ESCALATION_STEP_BEFORE_PREDECESSOR",
+                f"step {index}: due before the step it follows",
+            )
+        if not MIN_ESCALATION_DELAY <= delay <= MAX_ESCALATION_DELAY:
+            return (
+                "ESCALATION_DELAY_OUT_OF_RANGE",
+                f"step {index}: a delay is {MIN_ESCALATION_DELAY}..{MAX_ESCALATION_DELAY} seconds",
+            )
+    return None
+
+
 # A builder may be a Template or code that returns one from the merged variables. An in-app
 # builder function receives the recipient's name as a placeholder that the fan-out replaces
 # afterwards (see Kind), so it must not branch on `name`.
@@ -128,6 +206,7 @@ class Kind:
     digest: Digest | None = None
     # The approved WhatsApp template a `whatsapp` delivery of this kind is sent as.
     whatsapp: WhatsAppTemplate | None = None
+    escalation: Escalation | None = None
 
     def builder(self, channel: str, locale: str) -> Builder | None:
         by_locale = self.templates.get(channel)
@@ -242,9 +321,21 @@ def _validate_digest(kind: Kind, where: str) -> None:
         raise RegistryError(f"{where}: a kind carrying secrets or security notices is never held")
 
 
+def _validate_escalation(kind: Kind, where: str) -> None:
+    plan = kind.escalation
+    if plan is None:
+        return
+    problem = escalation_problem(kind.channels, plan.channels, plan.delays)
+    if problem is not None:
+        raise RegistryError(f"{where}: {problem[1]}")
+    if kind.digest is not None and set(kind.digest.channels) & set(plan.channels):
+        raise RegistryError(f"{where}: a channel is either digested or escalated, not both")
+
+
 def _validate(kind: Kind) -> None:
     where = f"kind {kind.name!r}"
     _validate_digest(kind, where)
+    _validate_escalation(kind, where)
     if kind.category not in vocabulary.CATEGORIES:
         raise RegistryError(f"{where}: unknown category {kind.category!r}")
     if kind.priority not in vocabulary.PRIORITIES:

@@ -5,7 +5,15 @@ Every category and every channel appears at least once, with English (en) and Ne
 
 from __future__ import annotations
 
-from herald.kinds.registry import Digest, Kind, Registry, Template, WhatsAppTemplate
+from herald.kinds.registry import (
+    Digest,
+    Escalation,
+    EscalationStep,
+    Kind,
+    Registry,
+    Template,
+    WhatsAppTemplate,
+)
 
 T = Template
 
@@ -33,6 +41,32 @@ ANNOUNCEMENT = Kind(
         "sms": _both(T(body="{{title}}: {{message}}"), T(body="{{title}}: {{message}}")),
         "telegram": _both(
             T(body="<b>{{title}}</b>\n{{message}}"), T(body="<b>{{title}}</b>\n{{message}}")
+        ),
+    },
+)
+
+# In-app now; email if still unread after 30 minutes; SMS if still unread two hours after that.
+# Reading the in-app copy stops the plan (docs/escalation.md).
+URGENT_ANNOUNCEMENT = Kind(
+    name="announcement.urgent",
+    category="announcement",
+    channels=("in_app", "email", "sms"),
+    priority="high",
+    dedupe="repeatable",
+    escalation=Escalation(
+        steps=(EscalationStep("email", 30 * 60), EscalationStep("sms", 2 * 3600)),
+    ),
+    variables={"title": "School closed today", "message": "Heavy rain: stay at home."},
+    templates={
+        "in_app": _both(
+            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
+        ),
+        "email": _both(
+            T(title="Urgent: {{title}}", body="Dear {{name}},\n\n{{message}}"),
+            T(title="जरुरी: {{title}}", body="प्रिय {{name}},\n\n{{message}}"),
+        ),
+        "sms": _both(
+            T(body="URGENT {{title}}: {{message}}"), T(body="जरुरी {{title}}: {{message}}")
         ),
     },
 )
@@ -411,6 +445,7 @@ EMAIL_CHANGE = Kind(
 SAMPLE_REGISTRY = Registry(
     [
         ANNOUNCEMENT,
+        URGENT_ANNOUNCEMENT,
         ASSIGNMENT,
         ATTENDANCE_EVENT,
         ATTENDANCE_REMINDER,

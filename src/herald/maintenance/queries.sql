@@ -166,6 +166,18 @@ DELETE FROM followup f
          LIMIT :limit
            FOR UPDATE SKIP LOCKED);
 
+-- name: delete_decided_escalation_steps
+-- Escalation steps decided (sent, skipped, stopped) more than :days ago, at most :limit, through
+-- notification_escalation_step_decided_idx. Pending ones have their decision ahead and stay.
+DELETE FROM notification_escalation_step x
+ WHERE x.id IN (
+        SELECT c.id
+          FROM notification_escalation_step c
+         WHERE c.state <> 'pending' AND c.decided_at < now() - make_interval(days => :days)
+         ORDER BY c.decided_at
+         LIMIT :limit
+           FOR UPDATE SKIP LOCKED);
+
 -- name: delete_sent_webhook_messages
 -- Webhook messages the host received more than :days ago, at most :limit, through
 -- webhook_message_sent_idx. Queued and processing ones have work ahead; dead ones are named by

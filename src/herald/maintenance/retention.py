@@ -58,6 +58,7 @@ class RetentionReport:
     reminder_runs: int = 0
     broadcasts: int = 0
     followups: int = 0
+    escalation_steps: int = 0
     webhook_messages: int = 0
     undeliverable_addresses: int = 0
     console_sessions: int = 0
@@ -88,6 +89,7 @@ class RetentionReport:
             + self.reminder_runs
             + self.broadcasts
             + self.followups
+            + self.escalation_steps
             + self.webhook_messages
             + self.undeliverable_addresses
             + self.console_sessions
@@ -352,6 +354,13 @@ prune_broadcasts = TablePrune(
 prune_followups = TablePrune(
     "retention_followups", "followups", queries.delete_resolved_followups, _retention_days
 )
+# Escalation steps decided more than retention_days ago; pending ones stay (docs/escalation.md).
+prune_escalation_steps = TablePrune(
+    "retention_escalation_steps",
+    "escalation_steps",
+    queries.delete_decided_escalation_steps,
+    _retention_days,
+)
 # Webhook messages sent more than retention_days ago. Queued, processing and dead ones stay (a
 # dead one's dead letter names it, and dead letters are never trimmed by age).
 prune_webhook_messages = TablePrune(
@@ -395,6 +404,7 @@ TABLE_PRUNES = (
     prune_reminder_runs,
     prune_broadcasts,
     prune_followups,
+    prune_escalation_steps,
     prune_webhook_messages,
     prune_undeliverable_addresses,
     prune_console_sessions,
@@ -428,7 +438,7 @@ def log_report(report: RetentionReport) -> None:
         log.info(
             "retention deleted %d deliveries (%d attempts), %d recipients, %d events, "
             "%d push tokens, %d feed rows, %d operational emails, %d reminder runs, "
-            "%d broadcasts, %d follow-ups, %d webhook messages, %d undeliverable addresses, "
+            "%d broadcasts, %d follow-ups, %d escalation steps, %d webhook messages, %d undeliverable addresses, "
             "%d console sessions, %d pending receipts, %d month partitions dropped whole (%s; %d kept events moved to "
             "the default partition) in %d statements (slowest %.3f s)",
             report.deliveries,
@@ -441,6 +451,7 @@ def log_report(report: RetentionReport) -> None:
             report.reminder_runs,
             report.broadcasts,
             report.followups,
+            report.escalation_steps,
             report.webhook_messages,
             report.undeliverable_addresses,
             report.console_sessions,

@@ -91,6 +91,20 @@ async def reminder_lag(conn: AsyncConnection) -> float:
     return max(0.0, float(oldest or 0))
 
 
+async def escalation_lag(conn: AsyncConnection) -> float:
+    """Now minus the oldest escalation step that is due and still pending (0: none due): the
+    first entry of the partial due index (docs/escalation.md)."""
+    st = s.notification_escalation_step
+    oldest = (
+        await conn.execute(
+            select(func.extract("epoch", func.now() - func.min(st.c.due_at))).where(
+                st.c.state == "pending", st.c.due_at <= func.now()
+            )
+        )
+    ).scalar_one()
+    return max(0.0, float(oldest or 0))
+
+
 async def webhook_messages_waiting(conn: AsyncConnection) -> list[tuple[str, int]]:
     """(state, count) of webhook messages queued, retrying or processing."""
     rows = await conn.execute(SQL["webhook_messages_waiting"])

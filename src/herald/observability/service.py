@@ -31,6 +31,7 @@ from herald.observability import metrics, queries
 # seconds. Broadcast release and follow-up sweeps add theirs here as they land.
 SCHEDULER_LAG_SOURCES: dict[str, Callable[[AsyncConnection], Awaitable[float]]] = {
     "reminder": queries.reminder_lag,
+    "escalation": queries.escalation_lag,
 }
 
 

@@ -1,5 +1,6 @@
-"""`herald scheduler`: the reminder cycle (and, as they land, broadcast release) ticking until
-asked to stop, and the follow-up sweeps on their own timer beside it.
+"""`herald scheduler`: the reminder cycle, broadcast release and the escalation steps
+(docs/escalation.md), each under its own lease, ticking until asked to stop, and the follow-up
+sweeps on their own timer beside it.
 
 Any number may run against one database: the reminder cycle runs only in the one holding the
 database lease (R-OPS-13). On a stop request it interrupts its wait at once (R-OPS-10), starts no
@@ -26,6 +27,7 @@ from herald.kinds import Registry
 from herald.scheduling import service as lease
 from herald.scheduling import worker as cycle
 from herald.scheduling.broadcasts import worker as broadcasts
+from herald.scheduling.escalation import worker as escalation
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ async def run_scheduler(
     leading = False
     backoff = outages.Backoff()
     releasing = False
+    escalating = False
     sweeps = asyncio.create_task(followups.run_sweeps(settings, engine, registry, stop))
     try:
         while not stop.is_set():
@@ -84,6 +87,20 @@ async def run_scheduler(
                     log.exception("scheduler broadcast step failed")
                 if wait <= settings.scheduler_tick_seconds:  # one back-off step per tick
                     wait = max(wait, backoff.next_delay())
+            try:
+                # Escalation steps (docs/escalation.md), under a lease of their own.
+                decided = await escalation.run_tick(engine, settings, holder, stop=stop)
+                if decided.leader != escalating:
+                    escalating = decided.leader
+                    log.info("scheduler %s the escalation lease", "holds" if escalating else "lost")
+            except Exception as exc:
+                dependency = outages.unavailable(exc)
+                if dependency is not None:
+                    outages.state(dependency).failed(exc)
+                else:
+                    log.exception("scheduler escalation step failed")
+                if wait <= settings.scheduler_tick_seconds:
+                    wait = max(wait, backoff.next_delay())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
     finally:
@@ -101,4 +118,9 @@ async def run_scheduler(
                 await broadcasts.release(engine, holder)
             except Exception:
                 log.warning("could not hand the broadcast lease back", exc_info=True)
+        if escalating:
+            try:
+                await escalation.release(engine, holder)
+            except Exception:
+                log.warning("could not hand the escalation lease back", exc_info=True)
         log.info("scheduler stopped")

@@ -230,3 +230,31 @@ async def locate_delivery(
     )
     row = (await conn.execute(stmt)).mappings().first()
     return dict(row) if row is not None else None
+
+
+async def escalation_steps(
+    conn: AsyncConnection, tenant_id: str, recipient_id: int
+) -> list[dict[str, Any]]:
+    """The recipient's escalation steps in order, with the public id of the delivery each sent
+    (by the step's unique key, and the delivery's primary key in the recipient's month)."""
+    st = s.notification_escalation_step
+    sent = d.alias("sent")
+    stmt = (
+        select(
+            st.c.step_index,
+            st.c.channel,
+            st.c.state,
+            st.c.reason,
+            st.c.due_at,
+            st.c.decided_at,
+            sent.c.public_id.label("delivery_public_id"),
+        )
+        .select_from(
+            st.outerjoin(
+                sent, and_(sent.c.id == st.c.delivery_id, sent.c.occurred_at == st.c.occurred_at)
+            )
+        )
+        .where(st.c.tenant_id == tenant_id, st.c.recipient_id == recipient_id)
+        .order_by(st.c.step_index)
+    )
+    return [dict(row) for row in (await conn.execute(stmt)).mappings()]

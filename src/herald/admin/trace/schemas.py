@@ -70,6 +70,24 @@ class TraceDelivery(_Model):
     attempts: list[TraceAttempt]
 
 
+class TraceEscalationStep(_Model):
+    """One later step of the kind's escalation plan for this recipient (docs/escalation.md)."""
+
+    step: int
+    channel: str
+    # pending | sent | skipped | stopped
+    state: str
+    # waiting | stops_at_due_time | sent | already_sent | preference | read | recipient_gone |
+    # event_cancelled
+    reason_code: str
+    reason: str
+    # When the step is (or was) due; a pending step waits until then.
+    due_at: datetime
+    decided_at: datetime | None
+    # The delivery the step sent (its trace is among `deliveries`).
+    delivery_id: UUID | None
+
+
 class RecipientTrace(_Model):
     event_id: UUID
     kind: str
@@ -82,6 +100,8 @@ class RecipientTrace(_Model):
     read_in_inbox: bool | None
     read_at: datetime | None
     deliveries: list[TraceDelivery]
+    # The escalation plan's later steps, in order; empty for a kind without a plan.
+    escalation: list[TraceEscalationStep] = []
 
 
 class PersonDelivery(_Model):

@@ -43,6 +43,7 @@ from herald.admin.trace.schemas import (
     RecipientTrace,
     TraceAttempt,
     TraceDelivery,
+    TraceEscalationStep,
     TracePassedOver,
 )
 from herald.auth.service import Operator
@@ -173,6 +174,8 @@ async def trace_recipient(
     deliveries = [
         _trace_delivery(row, tried[row["id"]], event, preferences, registry) for row in rows
     ]
+    steps = await queries.escalation_steps(conn, operator.tenant_id, recipient["id"])
+    read = recipient["read_at"] is not None
     return RecipientTrace(
         event_id=event["public_id"],
         kind=event["kind"],
@@ -184,6 +187,37 @@ async def trace_recipient(
         read_in_inbox=recipient["read_at"] is not None,
         read_at=recipient["read_at"],
         deliveries=deliveries,
+        escalation=[_escalation_step(step, read=read) for step in steps],
+    )
+
+
+_STEP_WORDS = {
+    "waiting": "Waiting: sent on this channel at its due time if the person has not read it by then.",
+    "stops_at_due_time": "The person has read it: at its due time this step stops and sends "
+    "nothing.",
+    "sent": "Sent: the person had not read it by the step's due time.",
+    "already_sent": "Due unread, but a delivery on this channel existed already; none was added.",
+    "preference": "Skipped: the person's preferences turn this channel off; the plan moved on.",
+    "read": "Stopped: the person read it before this step was due.",
+    "recipient_gone": "Stopped: the person was erased, deleted or suspended before it was due.",
+    "event_cancelled": "Stopped: the event was cancelled before this step was due.",
+}
+
+
+def _escalation_step(row: Mapping[str, Any], *, read: bool) -> TraceEscalationStep:
+    if row["state"] == "pending":
+        code = "stops_at_due_time" if read else "waiting"
+    else:
+        code = row["reason"] or row["state"]
+    return TraceEscalationStep(
+        step=row["step_index"],
+        channel=row["channel"],
+        state=row["state"],
+        reason_code=code,
+        reason=_STEP_WORDS[code],
+        due_at=row["due_at"],
+        decided_at=row["decided_at"],
+        delivery_id=row["delivery_public_id"],
     )
 
 

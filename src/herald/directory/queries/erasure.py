@@ -171,6 +171,14 @@ async def delete_followups_naming_person(
     return len(result.all())
 
 
+async def delete_escalation_steps_of_person(conn: AsyncConnection, person_id: int) -> int:
+    """The person's escalation steps (docs/escalation.md): a pending one must never send to an
+    erased person, and a decided one says what was sent to them."""
+    st = s.notification_escalation_step
+    result = await conn.execute(delete(st).where(st.c.person_id == person_id))
+    return int(result.rowcount)
+
+
 async def hard_delete_person(conn: AsyncConnection, person_id: int) -> None:
     """The person row itself; role grants, memberships, guardianships, preferences, push tokens
     and feed read receipts go with it by their foreign keys' cascade."""

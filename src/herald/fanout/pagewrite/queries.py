@@ -18,6 +18,11 @@ in-app wording per template locale). The statement is a chain of CTEs:
          in_app delivered with its wording (R-FANOUT-12) and remote channels queued (R-FANOUT-1);
          for a deliverAt event every row is due at its person's own moment (their zone's entry
          of the event's zone → moment table) and the in-app row is queued until then too
+  ins_s  (a kind with an escalation plan, herald.scheduling.escalation) one step row per (new
+         recipient, later step of the plan), due at the in-app row's own time (now(), or the
+         person's deliverAt moment) plus the plan's cumulative delays (parameters
+         `escalation_channels` / `escalation_offsets`, read afresh each batch so a tenant's
+         override applies); the plan's channels are then not among `channels`
   result one row: the page's length and last person (the cursor), the counts, and the in-app
          rows for the realtime notices published after commit.
 
@@ -79,6 +84,7 @@ def statement(
     kind: Kind | None,
     renders_in_app: bool,
     deliver_at: bool = False,
+    escalates: bool = False,
 ) -> Select[Any]:
     """The batch's one statement (see the module docstring). Built once per event and run page
     after page: the page's cursor is the CURSOR parameter, the in-app wording the parameters of
@@ -214,6 +220,13 @@ def statement(
         .subquery("shown")
     )
     queued = select(func.count()).select_from(ins_q).scalar_subquery()
+    steps: ColumnElement[Any] = literal(0, Integer)
+    if escalates:
+        assert kind is not None
+        ins_s = _escalation_steps(
+            ins_r, tenant_id, event_id, occurred_at, category, kind, ins_d if deliver_at else None
+        )
+        steps = select(func.count()).select_from(ins_s).scalar_subquery()
     # The channels of the rows queued, e.g. 'email' or 'email,sms': only those senders wake
     # (herald.runtime.worker.ChannelWakes).
     queued_kinds = (
@@ -231,6 +244,7 @@ def statement(
         select(func.count()).select_from(ins_r).scalar_subquery().label("recipients"),
         select(func.count()).select_from(ins_d).scalar_subquery().label("deliveries"),
         queued.label("queued"),
+        steps.label("escalation_steps"),
         # The delivery workers' wake-up, in this statement rather than a round trip of its own;
         # like any NOTIFY it is delivered only if the batch commits.
         case((queued > 0, func.pg_notify(DELIVERY_CHANNEL, queued_channels))).label("woke"),
@@ -238,6 +252,79 @@ def statement(
         select(func.array_agg(shown.c.public_id)).scalar_subquery().label("shown_recipients"),
         select(func.array_agg(shown.c.audience_role_id)).scalar_subquery().label("shown_roles"),
     )
+
+
+def _escalation_steps(
+    ins_r: CTE,
+    tenant_id: str,
+    event_id: int,
+    occurred_at: datetime,
+    category: str,
+    kind: Kind,
+    held: CTE | None = None,
+) -> CTE:
+    """The step rows of the plan for the page's new recipients (ON CONFLICT: a redelivered page
+    writes none twice). The plan is two parameter arrays, the channel and the cumulative offset
+    in seconds of each step; the step index is its ordinality. Offsets count from now(), or,
+    for a deliverAt event (`held`: the page's delivery rows), from the person's in-app row's own
+    moment: the plan starts when the inbox copy appears."""
+    st = s.notification_escalation_step
+    plan = (
+        func.unnest(
+            cast(bindparam("escalation_channels", type_=ARRAY(Text)), ARRAY(Text)),
+            cast(bindparam("escalation_offsets", type_=ARRAY(Integer)), ARRAY(Integer)),
+        )
+        .table_valued("channel", "offset_seconds", with_ordinality="step_index")
+        .render_derived(name="plan")
+    )
+    start: ColumnElement[Any] = func.now()
+    source: Any = ins_r.join(plan, true())
+    if held is not None:
+        source = source.join(
+            held, and_(held.c.recipient_id == ins_r.c.id, held.c.channel == "in_app")
+        )
+        start = held.c.next_attempt_at
+    rows = select(
+        literal(tenant_id, Text),
+        literal(event_id, BigInteger),
+        ins_r.c.id,
+        literal(occurred_at, s.TZ),
+        ins_r.c.user_id,
+        literal(category, Text),
+        literal(not kind.unsuppressible, Boolean),
+        cast(plan.c.step_index, Integer),
+        plan.c.channel,
+        start + plan.c.offset_seconds * literal_column("interval '1 second'"),
+    ).select_from(source)
+    return (
+        insert(st)
+        .from_select(
+            [
+                "tenant_id",
+                "event_id",
+                "recipient_id",
+                "occurred_at",
+                "person_id",
+                "category",
+                "suppressible",
+                "step_index",
+                "channel",
+                "due_at",
+            ],
+            rows,
+        )
+        .on_conflict_do_nothing(index_elements=[st.c.recipient_id, st.c.step_index])
+        .returning(st.c.id)
+        .cte("ins_s")
+    )
+
+
+def escalation_params(plan: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    """The plan (channel, cumulative offset in seconds) as `_escalation_steps`' parameters."""
+    return {
+        "escalation_channels": [channel for channel, _ in plan],
+        "escalation_offsets": [offset for _, offset in plan],
+    }
 
 
 def wording_params(wording: InAppWording | None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """A tenant's own provider accounts (issue 46): `notification_provider_account`.
 
 Revision ID: 0032
-Revises: 0030
+Revises: 0031
 Create Date: 2026-12-07 15:30:00.000000
 
 One row per (tenant, provider): the plain fields the tenant overrides, its secret fields as a
@@ -21,12 +21,22 @@ from sqlalchemy.dialects import postgresql
 from herald.db import tenancy
 
 revision: str = "0032"
-down_revision: str | None = "0030"
+down_revision: str | None = "0031"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TABLE = "notification_provider_account"
-_PROVIDERS = ("smtp", "resend", "twilio", "aakash", "telegram", "slack", "fcm", "webpush")
+_PROVIDERS = (
+    "smtp",
+    "resend",
+    "twilio",
+    "aakash",
+    "telegram",
+    "slack",
+    "fcm",
+    "webpush",
+    "whatsapp",
+)
 _TZ = postgresql.TIMESTAMP(timezone=True)
 
 

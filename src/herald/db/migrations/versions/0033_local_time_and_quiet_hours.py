@@ -1,7 +1,7 @@
 """Send at the person's own hour and quiet hours per person (issue 45, items 2 and 3).
 
 Revision ID: 0033
-Revises: 0030
+Revises: 0032
 Create Date: 2026-12-07 15:30:00.000000
 
 An event may carry `deliverAt` — a local wall-clock time and optionally a local date — that the
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0033"
-down_revision: str | None = "0030"
+down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
