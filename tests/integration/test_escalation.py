@@ -142,6 +142,47 @@ async def test_fan_out_writes_in_app_now_and_the_plan_as_pending_steps(
     assert {x["state"] for x in await _steps(engine, tenant)} == {"pending"}
 
 
+async def test_a_deliver_at_event_starts_its_plan_at_the_persons_own_hour(
+    engine: AsyncEngine, tenant: str
+) -> None:
+    """deliverAt holds the in-app copy until the person's own 09:00 (docs/sending-and-delivery.md);
+    the plan counts from that moment, not from the fan-out: an email 30 minutes after the inbox
+    copy appears, not 30 minutes after the event was recorded."""
+    (person,) = await _people(engine, tenant)
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(s.person).where(s.person.c.id == person.id).values(timezone="Europe/London")
+        )
+        result = await asend(
+            conn,
+            SendInput(
+                tenant_id=tenant,
+                kind="announcement.urgent",
+                audience={"kind": "users", "userIds": [person.external_id]},
+                channels=["in_app", "email", "sms"],
+                variables=URGENT,
+                deliver_local_time="09:00",
+            ),
+            registry=SAMPLE_REGISTRY,
+        )
+    assert result is not None
+    while await fan_out_next_event(engine, SAMPLE_REGISTRY, batch_size=500, tenant_id=tenant):
+        pass
+    d = s.notification_delivery
+    async with engine.connect() as conn:
+        held = (
+            await conn.execute(
+                select(d.c.status, d.c.next_attempt_at).where(
+                    d.c.tenant_id == tenant, d.c.channel == "in_app"
+                )
+            )
+        ).one()
+    assert held.status == "queued"
+    steps = await _steps(engine, tenant)
+    offsets = [(x["due_at"] - held.next_attempt_at).total_seconds() for x in steps]
+    assert offsets == [1800, 1800 + 7200]
+
+
 async def test_read_in_app_before_the_email_step_sends_no_email(
     engine: AsyncEngine, tenant: str
 ) -> None:

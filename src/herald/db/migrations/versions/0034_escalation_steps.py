@@ -50,7 +50,7 @@ CREATE TABLE {T} (
         reason IS NULL OR reason IN ('read', 'recipient_gone', 'event_cancelled', 'preference',
                                      'already_sent')),
     CONSTRAINT {T}_channel_check CHECK (
-        channel IN ('email', 'sms', 'push', 'telegram', 'slack', 'teams')),
+        channel IN ('email', 'sms', 'push', 'telegram', 'slack', 'teams', 'whatsapp')),
     CONSTRAINT {T}_step_index_positive_check CHECK (step_index >= 1),
     CONSTRAINT {T}_decided_pair_check CHECK ((state = 'pending') = (decided_at IS NULL))
 )
