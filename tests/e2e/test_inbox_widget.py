@@ -223,7 +223,7 @@ def _active(page: Any) -> dict[str, Any]:
     return answer
 
 
-def _tab_to(page: Any, wanted: Any, limit: int = 60) -> None:
+def _tab_to(page: Any, wanted: Any, limit: int = 150) -> None:
     """Press Tab until the focused element is the wanted one (keyboard only, bounded)."""
     for _ in range(limit):
         if wanted(_active(page)):
