@@ -39,7 +39,7 @@ docs: $(STAMP)
 	$(BIN)/python -m tests.config_reference
 
 ## Benchmarks print figures beside a baseline measured in the same run (never pass/fail).
-bench: bench-fanout bench-delivery bench-queue_shapes bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks bench-person_reads bench-pgbouncer bench-replica
+bench: bench-fanout bench-delivery bench-queue_shapes bench-send bench-api bench-inbox bench-import bench-realtime bench-retention bench-scheduler bench-broadcast bench-followups bench-webhooks bench-person_reads bench-pgbouncer bench-replica bench-escalation
 
 ## bench/REPORT.md: every bench at a small size beside the claim-loop anchor, with the machine
 ## and the date (a few minutes). Options through ARGS, e.g. `ARGS="--anchor path/claim_loop.py"`.

@@ -89,6 +89,8 @@ BENCHES: list[tuple[str, list[str]]] = [
     ("retention", ["--deliveries", "50000"]),
     ("scheduler", ["--schedules", "100", "--ticks", "50"]),
     ("broadcast", ["--people", "20000"]),
+    # Its issue's size is 1,000,000 pending steps (the default --sizes 10000,1000000).
+    ("escalation", ["--sizes", "10000,100000", "--ticks", "50"]),
     ("followups", ["--tenants", "10", "--idle-rows", "200", "--due", "1000", "--sweeps", "5"]),
     ("webhooks", ["--deliveries", "2000", "--messages", "500"]),
     # Its figures were designed at --rows 1000000 (about four minutes to load on 2 cores).
