@@ -1,7 +1,7 @@
 """Inbox reads from a streaming standby (HERALD_DATABASE_READ_URL), beside the same reads on the
 primary alone, and read-your-writes violations counted.
 
-    .venv/bin/python bench/replica.py [--rows 200000] [--people 2000] [--clients 16]
+    .venv/bin/python bench/replica.py [--rows 200000] [--people 2000] [--clients 1,16]
         [--processes 2] [--requests 3000] [--warmup 1000] [--write-share 0.1]
         [--redis-url redis://127.0.0.1:6379/0]
 
@@ -13,8 +13,8 @@ ANALYZE, and waits for the standby to replay the load. Then twice, with the same
 - baseline: PROCESSES `herald api` processes on the primary alone (Redis for the rate limits);
 - standby: the same processes with HERALD_DATABASE_READ_URL on the standby.
 
-CLIENTS clients, each with one keep-alive connection to every API process, send REQUESTS
-requests: the inbox list and the unread count of a random person (the p50/p99 printed), and a
+CLIENTS clients (each count of the list in turn), each with one keep-alive connection to every
+API process, send REQUESTS requests: the inbox list and the unread count of a random person (the p50/p99 printed), and a
 WRITE_SHARE of read-your-writes checks — a person marks the newest unread item of their first
 page read through one process, then reads their unread list through the next process at once;
 the item still listed there is a violation (counted, and the figure is 0 or something is wrong).
@@ -133,6 +133,7 @@ def measure(
     cluster: ReplicaCluster,
     label: str,
     environment: dict[str, str],
+    clients: int,
     tokens: list[str],
     secret: str,
     args: argparse.Namespace,
@@ -158,6 +159,7 @@ def measure(
                 )
             )
             ports.append(port)
+        args = argparse.Namespace(**{**vars(args), "clients": clients})
         asyncio.run(run_load(ports, tokens, args, record=False, seed=1))
         before = commits(cluster.standby_url(DATABASE)), commits(cluster.primary_url(DATABASE))
         load = asyncio.run(run_load(ports, tokens, args, record=True, seed=2))
@@ -167,7 +169,7 @@ def measure(
             _harness.stop_process(proc)
     on_standby, on_primary = after[0] - before[0], after[1] - before[1]
     return (
-        f"{label:28} reads p50 {load.pct(50):6.2f} ms  p99 {load.pct(99):6.2f} ms  "
+        f"{label:28} {clients:3} clients  reads p50 {load.pct(50):6.2f} ms  p99 {load.pct(99):6.2f} ms  "
         f"{len(load.reads) / load.seconds:6.0f} reads/s  read-your-writes checks {load.checks}, "
         f"violations {load.violations}  transactions: standby {on_standby}, primary {on_primary}"
     )
@@ -179,7 +181,12 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=200_000, help="delivered in-app rows in all")
     parser.add_argument("--people", type=int, default=2_000)
-    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--clients",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[16],
+        help="client counts, comma-separated: each is measured on both setups (e.g. 1,16)",
+    )
     parser.add_argument("--processes", type=int, default=2, help="API processes")
     parser.add_argument("--requests", type=int, default=3_000)
     parser.add_argument("--warmup", type=int, default=1_000)
@@ -211,17 +218,23 @@ def main() -> None:
         print(
             f"PostgreSQL {version}, a primary and its streaming standby on this machine; "
             f"{rows:,} inbox rows over {args.people:,} people ({per_person} each), "
-            f"{args.processes} API processes, {args.clients} clients, {args.requests} requests "
+            f"{args.processes} API processes, {args.requests} requests "
             f"({args.write_share:.0%} read-your-writes checks); loaded in "
             f"{time.perf_counter() - started:.0f} s"
         )
-        baseline = measure(cluster, "baseline: primary only", {}, tokens, secret, args, Path(logs))
-        print(baseline, flush=True)
         standby = {
             "HERALD_DATABASE_READ_URL": cluster.standby_url(DATABASE),
             "HERALD_READ_MAX_LAG_SECONDS": "5",
         }
-        print(measure(cluster, "reads on the standby", standby, tokens, secret, args, Path(logs)))
+        for clients in args.clients:
+            for label, environment in (
+                ("baseline: primary only", {}),
+                ("reads on the standby", standby),
+            ):
+                print(
+                    measure(cluster, label, environment, clients, tokens, secret, args, Path(logs)),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
