@@ -18,7 +18,7 @@ whole-history centre index filtered row by row (test_plans_inbox.py's person is 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -35,6 +35,7 @@ from herald.db import schema as s
 from herald.db import tenancy
 from herald.db.compiled import Compiled
 from herald.db.engine import libpq_url
+from tests.history import heavy_person_events
 from tests.integration.test_plans_inbox import generic_plan, index_names, scans_of
 
 ROWS = 3000
@@ -51,33 +52,15 @@ def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection
     partition; queued times interleaved across the two), analysed; a connection as herald_app
     under the tenant."""
     with psycopg.connect(libpq_url(database_url)) as conn:
-        person_id = conn.execute(
-            "INSERT INTO person (tenant_id, external_id) VALUES (%s, 'ana') RETURNING id",
-            (tenant,),
-        ).fetchone()[0]  # type: ignore[index]
-        conn.execute(
-            "INSERT INTO person (tenant_id, external_id) "
-            "SELECT %s, 'other-' || g FROM generate_series(1, %s) AS g",
-            (tenant, OTHERS),
-        )
-        conn.execute(
-            """
-            CREATE TEMP TABLE ev ON COMMIT DROP AS
-            WITH ev AS (
-                INSERT INTO notification_event
-                    (tenant_id, kind, category, priority, audience, channels, dedupe_key,
-                     occurred_at)
-                SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',
-                       '{"kind": "all_users"}', ARRAY['in_app', 'email'],
-                       md5(%(tenant)s || g::text) || md5(g::text),
-                       CASE WHEN g %% 2 = 0 THEN now() - g * interval '1 second'
-                            ELSE now() - interval '120 days' - g * interval '1 second' END
-                FROM generate_series(1, %(rows)s) AS g
-                RETURNING id, occurred_at
-            )
-            SELECT row_number() OVER (ORDER BY id) AS n, id, occurred_at FROM ev
-            """,
-            {"tenant": tenant, "rows": ROWS},
+        person_id = heavy_person_events(
+            conn,
+            tenant,
+            "ana",
+            others=OTHERS,
+            rows=ROWS,
+            channels=["in_app", "email"],
+            spacing=timedelta(seconds=1),
+            older_half=timedelta(days=120),
         )
         conn.execute(
             """

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -27,6 +27,7 @@ from herald.centre import queries
 from herald.db import tenancy
 from herald.db.compiled import Compiled
 from herald.db.engine import libpq_url
+from tests import history
 from tests.plans import by_parent, empty_partitions
 
 INBOX_TABLES = ("notification_recipient", "notification_delivery")
@@ -68,36 +69,19 @@ def inbox(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection[A
             "VALUES (%s, 'teacher', 'Teacher', 'staff') RETURNING id",
             (tenant,),
         ).fetchone()[0]  # type: ignore[index]
-        person_id = conn.execute(
-            "INSERT INTO person (tenant_id, external_id) VALUES (%s, 'ana') RETURNING id",
-            (tenant,),
-        ).fetchone()[0]  # type: ignore[index]
+        person_id = history.heavy_person_events(
+            conn,
+            tenant,
+            "ana",
+            others=OTHERS,
+            rows=ROWS,
+            channels=["in_app", "email"],
+            spacing=timedelta(minutes=1),
+            numbered_by="occurred_at DESC",
+        )
         conn.execute(
             "INSERT INTO person_role (tenant_id, person_id, role_id) VALUES (%s, %s, %s)",
             (tenant, person_id, role_id),
-        )
-        conn.execute(
-            "INSERT INTO person (tenant_id, external_id) "
-            "SELECT %s, 'other-' || g FROM generate_series(1, %s) AS g",
-            (tenant, OTHERS),
-        )
-        conn.execute(
-            """
-            CREATE TEMP TABLE ev ON COMMIT DROP AS
-            WITH ev AS (
-                INSERT INTO notification_event
-                    (tenant_id, kind, category, priority, audience, channels, dedupe_key,
-                     occurred_at)
-                SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',
-                       '{"kind": "all_users"}', ARRAY['in_app', 'email'],
-                       md5(%(tenant)s || g::text) || md5(g::text),
-                       now() - g * interval '1 minute'
-                FROM generate_series(1, %(rows)s) AS g
-                RETURNING id, occurred_at
-            )
-            SELECT row_number() OVER (ORDER BY occurred_at DESC) AS n, id, occurred_at FROM ev
-            """,
-            {"tenant": tenant, "rows": ROWS},
         )
         conn.execute(
             """
