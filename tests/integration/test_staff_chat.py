@@ -5,7 +5,8 @@ local servers speaking chat.postMessage and a Teams webhook."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from herald.db import schema as s
 from herald.directory import service as directory
 from herald.errors import ValidationFailed
 from herald.secrets.vault import Vault
-from tests.integration.test_delivery import deliver, delivery_rows, vault  # noqa: F401
+from tests.integration.test_delivery import deliver, delivery_rows
 from tests.integration.test_directory import Headers, api_key, error_code, person_rows
 from tests.integration.test_fanout import run_to_completion, send_event
 from tests.providers.servers import ChatTestServer, slack_error, slack_server, teams_server
@@ -47,11 +48,6 @@ def slack() -> Iterator[ChatTestServer]:
 def teams() -> Iterator[ChatTestServer]:
     with teams_server() as running:
         yield running
-
-
-@pytest.fixture
-async def auth(engine: AsyncEngine, tenant: str) -> Headers:
-    return await api_key(engine, tenant, ["directory:write"])
 
 
 def _chat_settings(settings: Settings, slack: ChatTestServer) -> Settings:
@@ -200,13 +196,43 @@ async def _send_staff_notice(engine: AsyncEngine, tenant: str) -> None:
     await run_to_completion(engine, tenant)
 
 
+@dataclass
+class StaffChat:
+    """The worker's two staff providers of one test, speaking to the local Slack and Teams."""
+
+    engine: AsyncEngine
+    vault: Vault
+    settings: Settings
+    tenant: str
+    slack: SlackProvider
+    teams: TeamsProvider
+
+    async def deliver(self) -> tuple[int, int]:
+        """One batch on Slack, then one on Teams; how many deliveries each took."""
+        on_slack = await deliver(self.engine, self.slack, self.vault, self.settings, self.tenant)()
+        on_teams = await deliver(self.engine, self.teams, self.vault, self.settings, self.tenant)()
+        return on_slack, on_teams
+
+
+@pytest.fixture
+async def chat(
+    engine: AsyncEngine, vault: Vault, settings: Settings, tenant: str, slack: ChatTestServer
+) -> AsyncIterator[StaffChat]:
+    configured = _chat_settings(settings, slack)
+    providers = SlackProvider(configured), TeamsProvider(configured)
+    try:
+        yield StaffChat(engine, vault, configured, tenant, *providers)
+    finally:
+        for provider in providers:
+            await provider.aclose()
+
+
 async def test_a_staff_notice_arrives_in_slack_and_teams(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
     auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    chat: StaffChat,
     slack: ChatTestServer,
     teams: ChatTestServer,
 ) -> None:
@@ -215,15 +241,8 @@ async def test_a_staff_notice_arrives_in_slack_and_teams(
     hint; a person with no destination is skipped_no_destination."""
     await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        # Three each: one sent, two with nowhere to go on that channel.
-        assert await deliver(engine, slack_provider, vault, chat, tenant)() == 3
-        assert await deliver(engine, teams_provider, vault, chat, tenant)() == 3
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+    # Three each: one sent, two with nowhere to go on that channel.
+    assert await chat.deliver() == (3, 3)
 
     [posted] = slack.requests
     assert posted.headers["authorization"] == f"Bearer {BOT_TOKEN}"
@@ -258,8 +277,7 @@ async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
     engine: AsyncEngine,
     tenant: str,
     auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    chat: StaffChat,
     slack: ChatTestServer,
     teams: ChatTestServer,
 ) -> None:
@@ -270,58 +288,50 @@ async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
     slack.reply_with(slack_error("channel_not_found"))
     teams.gone.add(_bina_hook(teams, tenant).removeprefix(teams.base_url))
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-        dead = {
-            r["channel"]: r["last_error"]
-            for r in await delivery_rows(engine, tenant)
-            if r["status"] == "dead"
-        }
-        assert dead["slack"].startswith("SLACK_UNREACHABLE")
-        assert dead["teams"].startswith("TEAMS_UNREACHABLE")
-        for error in dead.values():
-            assert (
-                BOT_TOKEN not in error
-                and "webhook/bina" not in error
-                and "IncomingWebhook" not in error
-            )
-
-        async with engine.connect() as conn:
-            flags = (
-                await conn.execute(
-                    select(
-                        s.person.c.external_id,
-                        s.person.c.slack_can_write,
-                        s.person.c.teams_can_write,
-                    )
-                    .where(s.person.c.tenant_id == tenant)
-                    .order_by(s.person.c.external_id)
-                )
-            ).all()
-        assert [tuple(f) for f in flags] == [
-            ("asha", False, True),
-            ("bina", True, False),
-            ("chet", True, True),
-        ]
-
-        calls = len(slack.requests), len(teams.requests)
-        await send_event(
-            engine,
-            tenant,
-            kind="staff.notice",
-            audience={"kind": "users", "userIds": ["asha", "bina"]},
-            channels=["slack", "teams"],
-            variables={"title": "Again", "message": "Second notice"},
+    await chat.deliver()
+    dead = {
+        r["channel"]: r["last_error"]
+        for r in await delivery_rows(engine, tenant)
+        if r["status"] == "dead"
+    }
+    assert dead["slack"].startswith("SLACK_UNREACHABLE")
+    assert dead["teams"].startswith("TEAMS_UNREACHABLE")
+    for error in dead.values():
+        assert (
+            BOT_TOKEN not in error
+            and "webhook/bina" not in error
+            and "IncomingWebhook" not in error
         )
-        await run_to_completion(engine, tenant)
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+
+    async with engine.connect() as conn:
+        flags = (
+            await conn.execute(
+                select(
+                    s.person.c.external_id,
+                    s.person.c.slack_can_write,
+                    s.person.c.teams_can_write,
+                )
+                .where(s.person.c.tenant_id == tenant)
+                .order_by(s.person.c.external_id)
+            )
+        ).all()
+    assert [tuple(f) for f in flags] == [
+        ("asha", False, True),
+        ("bina", True, False),
+        ("chet", True, True),
+    ]
+
+    calls = len(slack.requests), len(teams.requests)
+    await send_event(
+        engine,
+        tenant,
+        kind="staff.notice",
+        audience={"kind": "users", "userIds": ["asha", "bina"]},
+        channels=["slack", "teams"],
+        variables={"title": "Again", "message": "Second notice"},
+    )
+    await run_to_completion(engine, tenant)
+    await chat.deliver()
     assert (len(slack.requests), len(teams.requests)) == calls
     statuses = [r["status"] for r in await delivery_rows(engine, tenant)]
     # Four from the first event (no destination on that channel), all four of the second.
@@ -332,8 +342,7 @@ async def test_erasure_takes_the_chat_destinations(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    chat: StaffChat,
     slack: ChatTestServer,
     teams: ChatTestServer,
 ) -> None:
@@ -344,14 +353,7 @@ async def test_erasure_takes_the_chat_destinations(
     auth = await api_key(engine, tenant, ["directory:write"])
     await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+    await chat.deliver()
     webhook_path = _bina_hook(teams, tenant).removeprefix(teams.base_url)
     assert await tables_containing(engine, webhook_path) == ["person.teams_webhook_url"]
 
@@ -371,8 +373,7 @@ async def test_an_operator_override_is_previewed_and_sent_on_slack_and_teams(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    chat: StaffChat,
     slack: ChatTestServer,
     teams: ChatTestServer,
 ) -> None:
@@ -411,14 +412,7 @@ async def test_an_operator_override_is_previewed_and_sent_on_slack_and_teams(
 
     await _staff(client, admin, teams, tenant)
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+    await chat.deliver()
     blocks = slack.requests[0].json()["blocks"]
     assert blocks[0]["text"]["text"] == "Staff: Staff meeting moved"
     assert blocks[1]["text"]["text"] == (

@@ -6,22 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from cryptography.fernet import Fernet
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
 from herald.db import schema as s
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests import seed
 from tests.integration.test_delivery import ScriptedProvider, deliver, delivery_rows
 from tests.integration.test_fanout import ANNOUNCE, run_to_completion, send_event
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 async def texting_parent(engine: AsyncEngine, tenant: str) -> None:
