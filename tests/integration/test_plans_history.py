@@ -37,6 +37,7 @@ from herald.db.compiled import Compiled
 from herald.db.engine import libpq_url
 from tests.history import heavy_person_events
 from tests.integration.test_plans_inbox import generic_plan, index_names, scans_of
+from tests.plans import generic_plans_as_app
 
 ROWS = 3000
 OTHERS = 1000
@@ -83,17 +84,9 @@ def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection
             """,
             {"tenant": tenant, "rows": ROWS, "each": EACH, "person": person_id},
         )
-        conn.commit()
-        conn.autocommit = True
-        for table in ("notification_recipient", DELIVERY, "notification_event", "person"):
-            conn.execute(f"ANALYZE {table}")
-        conn.autocommit = False
-        conn.execute(
-            "SELECT set_config('role', 'herald_app', false), "
-            "set_config('herald.tenant_id', %s, false)",
-            (tenant,),
+        generic_plans_as_app(
+            conn, tenant, ("notification_recipient", DELIVERY, "notification_event", "person")
         )
-        conn.execute("SET plan_cache_mode = force_generic_plan")
         # As person_deliveries sets them; the inbox's two are among them.
         inbox = set(tenancy.INBOX_PLANNER_SETTINGS) - {("plan_cache_mode", "force_generic_plan")}
         assert inbox <= set(tenancy.INDEX_ORDER_PLANNER_SETTINGS)

@@ -28,7 +28,7 @@ from herald.db import tenancy
 from herald.db.compiled import Compiled
 from herald.db.engine import libpq_url
 from tests import history
-from tests.plans import by_parent, empty_partitions
+from tests.plans import by_parent, empty_partitions, generic_plans_as_app
 
 INBOX_TABLES = ("notification_recipient", "notification_delivery")
 # One heavy person (ROWS notifications) among OTHERS people with EACH: a generic plan estimates
@@ -114,17 +114,9 @@ def inbox(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection[A
                 "role": role_id,
             },
         )
-        conn.commit()
-        conn.autocommit = True
-        for table in (*INBOX_TABLES, "notification_event", "person_role", "role"):
-            conn.execute(f"ANALYZE {table}")
-        conn.autocommit = False
-        conn.execute(
-            "SELECT set_config('role', 'herald_app', false), "
-            "set_config('herald.tenant_id', %s, false)",
-            (tenant,),
+        generic_plans_as_app(
+            conn, tenant, (*INBOX_TABLES, "notification_event", "person_role", "role")
         )
-        conn.execute("SET plan_cache_mode = force_generic_plan")
         for name, value in tenancy.INBOX_PLANNER_SETTINGS:  # as actor_transaction sets them
             conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
         actor = Actor(
