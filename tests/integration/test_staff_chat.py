@@ -22,7 +22,7 @@ from herald.directory import service as directory
 from herald.errors import ValidationFailed
 from herald.secrets.vault import Vault
 from tests.integration.test_delivery import deliver, delivery_rows
-from tests.integration.test_directory import Headers, api_key, error_code, person_rows
+from tests.integration.test_directory import Headers, error_code, person_rows
 from tests.integration.test_fanout import run_to_completion, send_event
 from tests.providers.servers import ChatTestServer, slack_error, slack_server, teams_server
 
@@ -183,6 +183,12 @@ async def _staff(client: AsyncClient, auth: Headers, teams: ChatTestServer, tena
     assert answer.status_code == 200, answer.text
 
 
+@pytest.fixture
+async def staff(client: AsyncClient, auth: Headers, teams: ChatTestServer, tenant: str) -> None:
+    """Asha on Slack, Bina on Teams and Chet on neither, in the test's tenant."""
+    await _staff(client, auth, teams, tenant)
+
+
 async def _send_staff_notice(engine: AsyncEngine, tenant: str) -> None:
     await send_event(
         engine,
@@ -227,19 +233,13 @@ async def chat(
             await provider.aclose()
 
 
+@pytest.mark.usefixtures("staff")
 async def test_a_staff_notice_arrives_in_slack_and_teams(
-    client: AsyncClient,
-    engine: AsyncEngine,
-    tenant: str,
-    auth: Headers,
-    chat: StaffChat,
-    slack: ChatTestServer,
-    teams: ChatTestServer,
+    engine: AsyncEngine, tenant: str, chat: StaffChat, slack: ChatTestServer, teams: ChatTestServer
 ) -> None:
     """The black-box check: an event on slack and teams to seeded staff reaches the local Slack
     Web API and the Teams webhook, rendered and escaped; each delivery is sent with a masked
     hint; a person with no destination is skipped_no_destination."""
-    await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
     # Three each: one sent, two with nowhere to go on that channel.
     assert await chat.deliver() == (3, 3)
@@ -272,19 +272,13 @@ async def test_a_staff_notice_arrives_in_slack_and_teams(
     assert re.fullmatch(r"\d+\.\d+", str(slack_row["provider_message_id"]))  # Slack's ts
 
 
+@pytest.mark.usefixtures("staff")
 async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
-    client: AsyncClient,
-    engine: AsyncEngine,
-    tenant: str,
-    auth: Headers,
-    chat: StaffChat,
-    slack: ChatTestServer,
-    teams: ChatTestServer,
+    engine: AsyncEngine, tenant: str, chat: StaffChat, slack: ChatTestServer, teams: ChatTestServer
 ) -> None:
     """channel_not_found and a deleted webhook (404) are permanent: the deliveries are dead with
     the code, the person's destination is marked unreachable, and the next event skips it
     without calling the provider; no secret is in any recorded error."""
-    await _staff(client, auth, teams, tenant)
     slack.reply_with(slack_error("channel_not_found"))
     teams.gone.add(_bina_hook(teams, tenant).removeprefix(teams.base_url))
     await _send_staff_notice(engine, tenant)
@@ -338,20 +332,19 @@ async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
     assert statuses.count("skipped_no_destination") == 4 + 4
 
 
+@pytest.mark.usefixtures("staff")
 async def test_erasure_takes_the_chat_destinations(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
+    auth: Headers,
     chat: StaffChat,
-    slack: ChatTestServer,
     teams: ChatTestServer,
 ) -> None:
     """R-ERASE-1 for the staff channels: after a notice was sent on both, erasing the people
     leaves their Slack id and Teams webhook URL in no table, and no delivery keeps a hint."""
     from tests.integration.test_secrets import tables_containing
 
-    auth = await api_key(engine, tenant, ["directory:write"])
-    await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
     await chat.deliver()
     webhook_path = _bina_hook(teams, tenant).removeprefix(teams.base_url)
