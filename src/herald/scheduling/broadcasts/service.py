@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.admin import paging
+from herald.admin import editing, paging
 from herald.admin.paging import Page
 from herald.admin.templates import wording
 from herald.audience import service as audience
@@ -404,9 +404,7 @@ def _as_input(row: RowMapping) -> BroadcastInput:
 
 
 def _require(operator: Operator, permission: str) -> None:
-    """404 for a caller without the permission, the same answer as for a missing broadcast."""
-    if not operator.may(permission):
-        raise BroadcastNotFound()
+    editing.require(operator, permission, BroadcastNotFound)
 
 
 def _require_draft(row: RowMapping) -> None:
@@ -417,21 +415,11 @@ def _require_draft(row: RowMapping) -> None:
 
 
 async def _find(conn: AsyncConnection, operator: Operator, broadcast_id: str) -> RowMapping:
-    try:
-        public_id = uuid.UUID(broadcast_id)
-    except ValueError:
-        raise BroadcastNotFound() from None
-    row = await queries.find(conn, operator.tenant_id, public_id)
-    if row is None:
-        raise BroadcastNotFound()
-    return row
+    return await editing.find(conn, operator, broadcast_id, queries.find, BroadcastNotFound)
 
 
 def _check_version(row: RowMapping, read: int) -> None:
-    if row["version"] != read:
-        raise BroadcastVersionConflict(
-            f"the broadcast is at version {row['version']}, not {read}; re-read it and try again"
-        )
+    editing.check_version(row, read, BroadcastVersionConflict, "broadcast")
 
 
 def _snapshot(row: RowMapping) -> dict[str, Any]:

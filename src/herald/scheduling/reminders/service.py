@@ -32,7 +32,7 @@ from pydantic import AwareDatetime, TypeAdapter, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.admin import paging
+from herald.admin import editing, paging
 from herald.admin.paging import Page
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
@@ -498,27 +498,15 @@ async def fire_occurrence(
 
 
 def _require(operator: Operator, permission: str) -> None:
-    """404 for a caller without the permission, the same answer as for a missing schedule."""
-    if not operator.may(permission):
-        raise ReminderNotFound()
+    editing.require(operator, permission, ReminderNotFound)
 
 
 async def _find(conn: AsyncConnection, operator: Operator, reminder_id: str) -> RowMapping:
-    try:
-        public_id = uuid.UUID(reminder_id)
-    except ValueError:
-        raise ReminderNotFound() from None
-    row = await queries.find(conn, operator.tenant_id, public_id)
-    if row is None:
-        raise ReminderNotFound()
-    return row
+    return await editing.find(conn, operator, reminder_id, queries.find, ReminderNotFound)
 
 
 def _check_version(row: RowMapping, read: int) -> None:
-    if row["version"] != read:
-        raise ReminderVersionConflict(
-            f"the reminder is at version {row['version']}, not {read}; re-read it and try again"
-        )
+    editing.check_version(row, read, ReminderVersionConflict, "reminder")
 
 
 def _snapshot(row: RowMapping) -> dict[str, Any]:
