@@ -41,8 +41,6 @@ from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
 from herald.errors import (
-    AudienceInvalid,
-    AudienceTooLarge,
     BroadcastAlreadyApproved,
     BroadcastApproverNotPerson,
     BroadcastCancelled,
@@ -53,15 +51,10 @@ from herald.errors import (
     BroadcastSelfApproval,
     BroadcastTemplateInvalid,
     BroadcastVersionConflict,
-    ChannelUnknown,
-    HeraldError,
-    SecretInVariables,
-    TemplateNotFound,
-    ValidationFailed,
-    VariablesInvalid,
 )
 from herald.fanout import service as fanout
 from herald.kinds import Registry
+from herald.scheduling import sendable
 from herald.scheduling.broadcasts import audiences, queries, releasing
 from herald.scheduling.broadcasts.schemas import (
     ApproveInput,
@@ -72,7 +65,6 @@ from herald.scheduling.broadcasts.schemas import (
     BroadcastReport,
     BroadcastUpdate,
 )
-from herald.sending import service as sending
 from herald.vocabulary import IN_FLIGHT_STATUSES as IN_FLIGHT
 
 log = logging.getLogger(__name__)
@@ -87,15 +79,6 @@ ENTITY = releasing.ENTITY
 FIELDS = ("title", "kind", "variables", "channels", "audience", "scheduled_for")
 AUDITED_FIELDS = (*FIELDS, "state", "version")
 
-# The send-path refusal → the field it is about.
-_SEND_FIELDS: tuple[tuple[type[HeraldError], str], ...] = (
-    (TemplateNotFound, "kind"),
-    (ChannelUnknown, "channels"),
-    (AudienceInvalid, "audience"),
-    (AudienceTooLarge, "audience"),
-    (VariablesInvalid, "variables"),
-    (SecretInVariables, "variables"),
-)
 
 # ---------------------------------------------------------------------------------------------
 # Input
@@ -123,23 +106,16 @@ def _parse(model: type[M], raw: object) -> M:
 def check_input(tenant_id: str, registry: Registry, data: BroadcastInput) -> dict[str, Any]:
     """Every semantic check through the send path itself, so a draft is accepted exactly when
     its event would be; the values as stored."""
-    kind = registry.get(data.kind)
-    if kind is None:
-        raise _invalid("kind", f"no kind named {data.kind!r} in the registry")
-    if kind.secret_variables:
-        raise _invalid("kind", f"{kind.name} carries a secret and cannot be broadcast")
-    send_input = sending.SendInput(
-        tenant_id=tenant_id,
+    kind = sendable.checked_kind(
+        tenant_id,
+        registry,
         kind=data.kind,
         audience=data.audience,
         channels=data.channels,
         variables=data.variables,
+        invalid=_invalid,
+        secret_refusal="cannot be broadcast",
     )
-    try:
-        sending.prepare(send_input, registry)
-    except ValidationFailed as exc:
-        field_name = next((f for cls, f in _SEND_FIELDS if isinstance(exc, cls)), "audience")
-        raise _invalid(field_name, exc.message) from None
     return {
         "title": data.title,
         "kind": kind.name,
