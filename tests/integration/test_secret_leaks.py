@@ -501,7 +501,9 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
                             await conn.execute(
                                 text(
                                     "SELECT provider_message_id FROM notification_delivery "
-                                    "WHERE tenant_id = :t AND provider_message_id IS NOT NULL"
+                                    "WHERE tenant_id = :t AND provider_message_id IS NOT NULL "
+                                    # The original first: the receipt is for it, not the replay.
+                                    "ORDER BY replay_of_delivery_id NULLS FIRST, id"
                                 ),
                                 {"t": tenant},
                             )
