@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 from sqlalchemy import Select, select, text, tuple_  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine  # noqa: E402
+from tests import history  # noqa: E402
 
 from bench._harness import BenchDatabase  # noqa: E402
 from herald.admin.trace import queries as trace  # noqa: E402
@@ -58,33 +59,16 @@ EACH = 5
 def load(url: str, rows: int, unread: float, others: int) -> int:
     """The heavy person's `rows` notifications and `others` people with EACH; the person's id."""
     with psycopg.connect(libpq_url(url)) as conn:
-        person = conn.execute(
-            "INSERT INTO person (tenant_id, external_id) VALUES (%s, 'heavy') RETURNING id",
-            (TENANT,),
-        ).fetchone()[0]  # type: ignore[index]
-        conn.execute(
-            "INSERT INTO person (tenant_id, external_id) "
-            "SELECT %s, 'other-' || g FROM generate_series(1, %s) g",
-            (TENANT, others),
-        )
         # Half this month (a millisecond apart), half months ago (the default partition).
-        conn.execute(
-            """
-            CREATE TEMP TABLE ev ON COMMIT DROP AS
-            WITH ev AS (
-                INSERT INTO notification_event
-                    (tenant_id, kind, category, priority, audience, channels, dedupe_key,
-                     occurred_at)
-                SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',
-                       '{"kind": "all_users"}', ARRAY['in_app'], md5('bench' || g) || md5(g::text),
-                       CASE WHEN g %% 2 = 0 THEN now() - g * interval '1 millisecond'
-                            ELSE now() - interval '200 days' - g * interval '1 millisecond' END
-                FROM generate_series(1, %(rows)s) g
-                RETURNING id, occurred_at
-            )
-            SELECT row_number() OVER (ORDER BY id) AS n, id, occurred_at FROM ev
-            """,
-            {"tenant": TENANT, "rows": rows},
+        person = history.heavy_person_events(
+            conn,
+            TENANT,
+            "heavy",
+            others=others,
+            rows=rows,
+            channels=["in_app"],
+            spacing=timedelta(milliseconds=1),
+            older_half=timedelta(days=200),
         )
         conn.execute("CREATE INDEX ON ev (n)")
         conn.execute(
@@ -112,7 +96,7 @@ def load(url: str, rows: int, unread: float, others: int) -> int:
         conn.autocommit = True
         for table in ("notification_event", "notification_recipient", "notification_delivery"):
             conn.execute(f"VACUUM ANALYZE {table}")
-        return int(person)
+        return person
 
 
 def old_delivery_page(person_id: int, after: tuple[datetime, int] | None) -> Select[Any]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
+from psycopg import sql
 
 from herald.db import partitions
 
@@ -82,3 +83,60 @@ def sent_email(
                 "FROM notification_delivery WHERE event_id = %s AND occurred_at = %s",
                 (event_id, at),
             )
+
+
+def heavy_person_events(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    external_id: str,
+    *,
+    others: int,
+    rows: int,
+    channels: Sequence[str],
+    spacing: timedelta,
+    older_half: timedelta = timedelta(0),
+    numbered_by: LiteralString = "id",
+) -> int:
+    """One heavy person (`external_id`) among `others` people of `tenant` ('other-1' …), and
+    `rows` events in the temporary table `ev` (n, id, occurred_at), numbered from 1 by
+    `numbered_by` and dropped at commit: the caller joins person to ev (`ev.n <=` how many each
+    person gets) for the recipients and deliveries its reads need. Event g is g `spacing`s
+    before now, every odd one `older_half` older still (months ago: the default partition).
+    The person's id."""
+    person_id = conn.execute(
+        "INSERT INTO person (tenant_id, external_id) VALUES (%s, %s) RETURNING id",
+        (tenant, external_id),
+    ).fetchone()[0]  # type: ignore[index]
+    conn.execute(
+        "INSERT INTO person (tenant_id, external_id) "
+        "SELECT %s, 'other-' || g FROM generate_series(1, %s) AS g",
+        (tenant, others),
+    )
+    conn.execute(
+        sql.SQL(
+            """
+            CREATE TEMP TABLE ev ON COMMIT DROP AS
+            WITH ev AS (
+                INSERT INTO notification_event
+                    (tenant_id, kind, category, priority, audience, channels, dedupe_key,
+                     occurred_at)
+                SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',
+                       '{{"kind": "all_users"}}', %(channels)s::text[],
+                       md5(%(tenant)s || g::text) || md5(g::text),
+                       now() - g * %(spacing)s::interval
+                           - CASE WHEN g %% 2 = 1 THEN %(older)s::interval ELSE interval '0' END
+                FROM generate_series(1, %(rows)s) AS g
+                RETURNING id, occurred_at
+            )
+            SELECT row_number() OVER (ORDER BY {order}) AS n, id, occurred_at FROM ev
+            """
+        ).format(order=sql.SQL(numbered_by)),
+        {
+            "tenant": tenant,
+            "channels": list(channels),
+            "spacing": spacing,
+            "older": older_half,
+            "rows": rows,
+        },
+    )
+    return int(person_id)

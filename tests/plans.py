@@ -5,10 +5,11 @@ month (`notification_delivery_p2026_12`, `notification_delivery_due_idx_p2026_12
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 _PARTITION = re.compile(r"_(p\d{4}_\d{2}|default|legacy)$")
 
@@ -58,3 +59,21 @@ def empty_partitions(conn: psycopg.Connection[Any]) -> set[str]:
         for name in names
         if not conn.execute(f'SELECT EXISTS (SELECT 1 FROM "{name}")', prepare=False).fetchone()[0]  # type: ignore[index]
     }
+
+
+def generic_plans_as_app(
+    conn: psycopg.Connection[Any], tenant: str, analyse: Sequence[str]
+) -> None:
+    """Commits what the test seeded, ANALYZEs `analyse` so the planner sees its numbers, and
+    leaves `conn` as herald_app under `tenant` (row-level security on, as the API runs) with
+    every statement planned generically, as a prepared one is after a few executions."""
+    conn.commit()
+    conn.autocommit = True
+    for table in analyse:
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+    conn.autocommit = False
+    conn.execute(
+        "SELECT set_config('role', 'herald_app', false), set_config('herald.tenant_id', %s, false)",
+        (tenant,),
+    )
+    conn.execute("SET plan_cache_mode = force_generic_plan")

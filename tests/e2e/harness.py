@@ -185,6 +185,40 @@ class HeraldProcess:
         self.proc.wait(STOP_TIMEOUT)
 
 
+def all_scopes_key(tenant: str, env: Mapping[str, str]) -> dict[str, str]:
+    """Headers with a new key of `tenant` holding every scope, made as an operator would, with
+    `herald keys create`."""
+    created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
+    assert created.returncode == 0, created.stderr
+    return {"Authorization": f"Bearer {last_line(created.stdout)}"}
+
+
+@contextmanager
+def api_worker_and_two_schedulers(
+    env: Mapping[str, str], logs: Path, started: str
+) -> Iterator[tuple[str, dict[str, HeraldProcess]]]:
+    """`herald api`, `herald worker` and two `herald scheduler`s ("a" and "b") as processes,
+    their logs under `logs`: yields the API's base URL once it is healthy and both schedulers
+    have printed `started`, and the processes by name; each is stopped at the end (a test may
+    kill one first)."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    processes = {
+        "api": HeraldProcess(["api", "--port", str(port)], env, logs / "api.log"),
+        "worker": HeraldProcess(["worker"], env, logs / "worker.log"),
+        "a": HeraldProcess(["scheduler"], env, logs / "scheduler-a.log"),
+        "b": HeraldProcess(["scheduler"], env, logs / "scheduler-b.log"),
+    }
+    try:
+        processes["api"].wait_until_healthy(base_url)
+        for name in ("a", "b"):
+            processes[name].wait_for_output(started)
+        yield base_url, processes
+    finally:
+        for process in processes.values():
+            process.stop()
+
+
 def wait_for_inbox(
     base_url: str,
     token: str,

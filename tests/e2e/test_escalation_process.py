@@ -19,10 +19,8 @@ from herald.auth import service as auth
 from herald.config import Settings
 from tests.e2e.harness import (
     START_TIMEOUT,
-    HeraldProcess,
-    free_port,
-    last_line,
-    run_cli,
+    all_scopes_key,
+    api_worker_and_two_schedulers,
     sql,
     wait_for_inbox,
 )
@@ -88,21 +86,8 @@ def test_read_stops_unread_escalates_once_per_step_across_a_killed_scheduler(
         "HERALD_SCHEDULER_TICK_SECONDS": "0.2",
     }
     sql(database_url, "DELETE FROM scheduler_lease")
-    created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
-    assert created.returncode == 0, created.stderr
-    headers = {"Authorization": f"Bearer {last_line(created.stdout)}"}
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    processes = {
-        "api": HeraldProcess(["api", "--port", str(port)], env, tmp_path / "api.log"),
-        "worker": HeraldProcess(["worker"], env, tmp_path / "worker.log"),
-        "a": HeraldProcess(["scheduler"], env, tmp_path / "scheduler-a.log"),
-        "b": HeraldProcess(["scheduler"], env, tmp_path / "scheduler-b.log"),
-    }
-    try:
-        processes["api"].wait_until_healthy(base_url)
-        for name in ("a", "b"):
-            processes[name].wait_for_output("scheduler started")
+    headers = all_scopes_key(tenant, env)
+    with api_worker_and_two_schedulers(env, tmp_path, "scheduler started") as (base_url, processes):
         with httpx.Client(base_url=base_url, headers=headers, timeout=10) as http:
             for external_id in ("reader", "away"):
                 put = http.put(
@@ -174,6 +159,3 @@ def test_read_stops_unread_escalates_once_per_step_across_a_killed_scheduler(
         ]
         assert processes[survivor].stop(signal.SIGTERM) == 0, processes[survivor].describe()
         assert sql(database_url, "SELECT holder FROM scheduler_lease") == []
-    finally:
-        for process in processes.values():
-            process.stop()

@@ -22,7 +22,14 @@ import httpx
 from herald.auth import service as auth
 from herald.config import Settings
 from herald.sending.service import build_occurrence_dedupe_key
-from tests.e2e.harness import HeraldProcess, free_port, last_line, run_cli, sql, wait_for_inbox
+from tests.e2e.harness import (
+    all_scopes_key,
+    api_worker_and_two_schedulers,
+    last_line,
+    run_cli,
+    sql,
+    wait_for_inbox,
+)
 
 BULK = 200
 VARIABLES = {"studentName": "Asha Rai", "date": "2026-09-01", "eventType": "absent"}
@@ -71,21 +78,11 @@ def test_two_sweeping_schedulers_send_each_transition_once(
     event per transition across crashes): real processes, two schedulers sweeping every second,
     one of them SIGKILLed mid-sweep; the guardian's inbox shows the notify, then the reminder."""
     env = {**e2e_env, "HERALD_FOLLOWUP_SWEEP_SECONDS": "1"}
-    created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
-    assert created.returncode == 0, created.stderr
-    headers = {"Authorization": f"Bearer {last_line(created.stdout)}"}
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    processes = {
-        "api": HeraldProcess(["api", "--port", str(port)], env, tmp_path / "api.log"),
-        "worker": HeraldProcess(["worker"], env, tmp_path / "worker.log"),
-        "a": HeraldProcess(["scheduler"], env, tmp_path / "scheduler-a.log"),
-        "b": HeraldProcess(["scheduler"], env, tmp_path / "scheduler-b.log"),
-    }
-    try:
-        processes["api"].wait_until_healthy(base_url)
-        for name in ("a", "b"):
-            processes[name].wait_for_output("follow-up sweeps every 1 s")
+    headers = all_scopes_key(tenant, env)
+    with api_worker_and_two_schedulers(env, tmp_path, "follow-up sweeps every 1 s") as (
+        base_url,
+        processes,
+    ):
         with httpx.Client(base_url=base_url, headers=headers, timeout=10) as http:
             for person in ("g-bulk", "g-watch"):
                 put = http.put(f"/v1/people/{person}", json={"fullName": person})
@@ -207,6 +204,3 @@ def test_two_sweeping_schedulers_send_each_transition_once(
             )
         assert 0 < killed_with < BULK, "the scheduler was not killed while the bulk was swept"
         assert processes["b"].stop(signal.SIGTERM) == 0, processes["b"].describe()
-    finally:
-        for process in processes.values():
-            process.stop()

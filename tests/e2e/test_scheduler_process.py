@@ -20,11 +20,9 @@ import httpx
 from herald.auth import service as auth
 from herald.config import Settings
 from tests.e2e.harness import (
-    HeraldProcess,
-    free_port,
-    last_line,
+    all_scopes_key,
+    api_worker_and_two_schedulers,
     reminder_leader_pid,
-    run_cli,
     sql,
     wait_for_inbox,
 )
@@ -57,21 +55,8 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
     }
     # Whatever an earlier test left: start with the lease free.
     sql(database_url, "DELETE FROM scheduler_lease")
-    created = run_cli(["keys", "create", "--tenant", tenant, "--scopes", "*"], env)
-    assert created.returncode == 0, created.stderr
-    headers = {"Authorization": f"Bearer {last_line(created.stdout)}"}
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    processes = {
-        "api": HeraldProcess(["api", "--port", str(port)], env, tmp_path / "api.log"),
-        "worker": HeraldProcess(["worker"], env, tmp_path / "worker.log"),
-        "a": HeraldProcess(["scheduler"], env, tmp_path / "scheduler-a.log"),
-        "b": HeraldProcess(["scheduler"], env, tmp_path / "scheduler-b.log"),
-    }
-    try:
-        processes["api"].wait_until_healthy(base_url)
-        for name in ("a", "b"):
-            processes[name].wait_for_output("scheduler started")
+    headers = all_scopes_key(tenant, env)
+    with api_worker_and_two_schedulers(env, tmp_path, "scheduler started") as (base_url, processes):
         with httpx.Client(base_url=base_url, headers=headers, timeout=10) as http:
             people = ("p-1", "p-2")
             for external_id in people:
@@ -149,6 +134,3 @@ def test_two_schedulers_fire_each_occurrence_once_and_survive_a_killed_leader(
         assert exit_status == 0, processes[survivor].describe()
         assert "scheduler stopped" in processes[survivor].output()
         assert sql(database_url, "SELECT holder FROM scheduler_lease") == []
-    finally:
-        for process in processes.values():
-            process.stop()

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from cryptography.fernet import Fernet
 from httpx import AsyncClient
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,7 +20,7 @@ from herald import vocabulary
 from herald.channels.base import ProviderOutcome
 from herald.config import Settings
 from herald.db import schema as s
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests.integration.test_admin_history import (
     FAILURE_READ,
     FAILURE_UPDATE,
@@ -33,11 +32,6 @@ from tests.integration.test_delivery import ScriptedProvider, deliver, email_del
 
 BASE = "/v1/admin/dead-letters"
 FAILURE_RESTORE = "NotificationFailure_RESTORE"
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 @pytest.fixture

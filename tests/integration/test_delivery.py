@@ -22,7 +22,7 @@ from herald.delivery import service as delivery
 from herald.delivery.worker import deliver_batch
 from herald.kinds.sample import SAMPLE_REGISTRY
 from herald.maintenance.service import run_tick
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests import seed
 from tests.integration.test_fanout import run_to_completion, send_event
 
@@ -50,13 +50,6 @@ class ScriptedProvider:
 
     async def aclose(self) -> None:
         return None
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine, tmp_path: Any) -> Vault:
-    from cryptography.fernet import Fernet
-
-    return TableVault(engine, Fernet.generate_key())
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cryptography.fernet import Fernet
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -16,15 +15,10 @@ from herald.config import Settings
 from herald.db import schema as s
 from herald.digests import service as digests
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests import seed
 from tests.integration.test_delivery import ScriptedProvider, deliver, delivery_rows
 from tests.integration.test_fanout import run_to_completion, send_event
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 @pytest.fixture

@@ -25,11 +25,6 @@ async def api_key(engine: AsyncEngine, tenant: str, scopes: Sequence[str]) -> He
     return {"Authorization": f"Bearer {key}"}
 
 
-@pytest.fixture
-async def auth(engine: AsyncEngine, tenant: str) -> Headers:
-    return await api_key(engine, tenant, ["directory:write"])
-
-
 async def define_roles(client: AsyncClient, auth: Headers, *codes: str) -> None:
     for code in codes:
         scope = "guardian" if code == "guardian" else "staff"

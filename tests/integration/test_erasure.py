@@ -23,11 +23,6 @@ NAME = "Aarav Sharma"
 HINT = "a●●●@example.com"
 
 
-@pytest.fixture
-async def auth(engine: AsyncEngine, tenant: str) -> Headers:
-    return await api_key(engine, tenant, ["directory:write"])
-
-
 async def person_with_history(
     engine: AsyncEngine, tenant: str, external_id: str
 ) -> tuple[seed.Person, list[int], list[int]]:

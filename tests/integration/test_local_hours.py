@@ -32,7 +32,7 @@ from herald.kinds.sample import SAMPLE_REGISTRY
 from herald.maintenance.service import run_tick
 from herald.scheduling import clock
 from herald.secrets import service as secrets
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from herald.sending.service import SendInput, asend
 from tests import seed
 from tests.integration.test_admin_history import admin_key_headers
@@ -42,13 +42,6 @@ from tests.integration.test_fanout import ANNOUNCE, run_to_completion
 KATHMANDU, LONDON = "Asia/Kathmandu", "Europe/London"
 NINE = time(9)
 PREFS = "/v1/me/preferences"
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    from cryptography.fernet import Fernet
-
-    return TableVault(engine, Fernet.generate_key())
 
 
 async def db_now(engine: AsyncEngine) -> datetime:

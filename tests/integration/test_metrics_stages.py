@@ -22,7 +22,7 @@ from herald.config import Settings
 from herald.db import schema as s
 from herald.digests import service as digests
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from herald.webhooks import worker as webhooks
 from tests.integration import test_webhooks
 from tests.integration.test_admin_history import admin_key_headers
@@ -46,11 +46,6 @@ def settings(settings: Settings, tmp_path: Any) -> Settings:
             "webhook_max_attempts": 4,
         }
     )
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 def moved(before: str, after: str, name: str, **labels: str) -> float:

@@ -30,20 +30,13 @@ from herald.fanout.worker import fan_out_next_event
 from herald.kinds import Registry
 from herald.maintenance.service import run_tick
 from herald.observability import tracing
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests import seed
 from tests.conftest import create_database, drop_database
 from tests.integration.test_delivery import ScriptedProvider, deliver, email_delivery
 from tests.integration.test_directory import api_key
 from tests.integration.test_fanout import run_to_completion, send_event
 from tests.integration.test_metrics import gauge
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    from cryptography.fernet import Fernet
-
-    return TableVault(engine, Fernet.generate_key())
 
 
 @pytest.fixture

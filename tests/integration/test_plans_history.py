@@ -18,7 +18,7 @@ whole-history centre index filtered row by row (test_plans_inbox.py's person is 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -35,7 +35,9 @@ from herald.db import schema as s
 from herald.db import tenancy
 from herald.db.compiled import Compiled
 from herald.db.engine import libpq_url
+from tests.history import heavy_person_events
 from tests.integration.test_plans_inbox import generic_plan, index_names, scans_of
+from tests.plans import generic_plans_as_app
 
 ROWS = 3000
 OTHERS = 1000
@@ -51,33 +53,15 @@ def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection
     partition; queued times interleaved across the two), analysed; a connection as herald_app
     under the tenant."""
     with psycopg.connect(libpq_url(database_url)) as conn:
-        person_id = conn.execute(
-            "INSERT INTO person (tenant_id, external_id) VALUES (%s, 'ana') RETURNING id",
-            (tenant,),
-        ).fetchone()[0]  # type: ignore[index]
-        conn.execute(
-            "INSERT INTO person (tenant_id, external_id) "
-            "SELECT %s, 'other-' || g FROM generate_series(1, %s) AS g",
-            (tenant, OTHERS),
-        )
-        conn.execute(
-            """
-            CREATE TEMP TABLE ev ON COMMIT DROP AS
-            WITH ev AS (
-                INSERT INTO notification_event
-                    (tenant_id, kind, category, priority, audience, channels, dedupe_key,
-                     occurred_at)
-                SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',
-                       '{"kind": "all_users"}', ARRAY['in_app', 'email'],
-                       md5(%(tenant)s || g::text) || md5(g::text),
-                       CASE WHEN g %% 2 = 0 THEN now() - g * interval '1 second'
-                            ELSE now() - interval '120 days' - g * interval '1 second' END
-                FROM generate_series(1, %(rows)s) AS g
-                RETURNING id, occurred_at
-            )
-            SELECT row_number() OVER (ORDER BY id) AS n, id, occurred_at FROM ev
-            """,
-            {"tenant": tenant, "rows": ROWS},
+        person_id = heavy_person_events(
+            conn,
+            tenant,
+            "ana",
+            others=OTHERS,
+            rows=ROWS,
+            channels=["in_app", "email"],
+            spacing=timedelta(seconds=1),
+            older_half=timedelta(days=120),
         )
         conn.execute(
             """
@@ -100,17 +84,9 @@ def history(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection
             """,
             {"tenant": tenant, "rows": ROWS, "each": EACH, "person": person_id},
         )
-        conn.commit()
-        conn.autocommit = True
-        for table in ("notification_recipient", DELIVERY, "notification_event", "person"):
-            conn.execute(f"ANALYZE {table}")
-        conn.autocommit = False
-        conn.execute(
-            "SELECT set_config('role', 'herald_app', false), "
-            "set_config('herald.tenant_id', %s, false)",
-            (tenant,),
+        generic_plans_as_app(
+            conn, tenant, ("notification_recipient", DELIVERY, "notification_event", "person")
         )
-        conn.execute("SET plan_cache_mode = force_generic_plan")
         # As person_deliveries sets them; the inbox's two are among them.
         inbox = set(tenancy.INBOX_PLANNER_SETTINGS) - {("plan_cache_mode", "force_generic_plan")}
         assert inbox <= set(tenancy.INDEX_ORDER_PLANNER_SETTINGS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -27,7 +27,8 @@ from herald.centre import queries
 from herald.db import tenancy
 from herald.db.compiled import Compiled
 from herald.db.engine import libpq_url
-from tests.plans import by_parent, empty_partitions
+from tests import history
+from tests.plans import by_parent, empty_partitions, generic_plans_as_app
 
 INBOX_TABLES = ("notification_recipient", "notification_delivery")
 # One heavy person (ROWS notifications) among OTHERS people with EACH: a generic plan estimates
@@ -68,36 +69,19 @@ def inbox(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection[A
             "VALUES (%s, 'teacher', 'Teacher', 'staff') RETURNING id",
             (tenant,),
         ).fetchone()[0]  # type: ignore[index]
-        person_id = conn.execute(
-            "INSERT INTO person (tenant_id, external_id) VALUES (%s, 'ana') RETURNING id",
-            (tenant,),
-        ).fetchone()[0]  # type: ignore[index]
+        person_id = history.heavy_person_events(
+            conn,
+            tenant,
+            "ana",
+            others=OTHERS,
+            rows=ROWS,
+            channels=["in_app", "email"],
+            spacing=timedelta(minutes=1),
+            numbered_by="occurred_at DESC",
+        )
         conn.execute(
             "INSERT INTO person_role (tenant_id, person_id, role_id) VALUES (%s, %s, %s)",
             (tenant, person_id, role_id),
-        )
-        conn.execute(
-            "INSERT INTO person (tenant_id, external_id) "
-            "SELECT %s, 'other-' || g FROM generate_series(1, %s) AS g",
-            (tenant, OTHERS),
-        )
-        conn.execute(
-            """
-            CREATE TEMP TABLE ev ON COMMIT DROP AS
-            WITH ev AS (
-                INSERT INTO notification_event
-                    (tenant_id, kind, category, priority, audience, channels, dedupe_key,
-                     occurred_at)
-                SELECT %(tenant)s, 'announcement.posted', 'announcement', 'normal',
-                       '{"kind": "all_users"}', ARRAY['in_app', 'email'],
-                       md5(%(tenant)s || g::text) || md5(g::text),
-                       now() - g * interval '1 minute'
-                FROM generate_series(1, %(rows)s) AS g
-                RETURNING id, occurred_at
-            )
-            SELECT row_number() OVER (ORDER BY occurred_at DESC) AS n, id, occurred_at FROM ev
-            """,
-            {"tenant": tenant, "rows": ROWS},
         )
         conn.execute(
             """
@@ -130,17 +114,9 @@ def inbox(database_url: str, tenant: str) -> Iterator[tuple[psycopg.Connection[A
                 "role": role_id,
             },
         )
-        conn.commit()
-        conn.autocommit = True
-        for table in (*INBOX_TABLES, "notification_event", "person_role", "role"):
-            conn.execute(f"ANALYZE {table}")
-        conn.autocommit = False
-        conn.execute(
-            "SELECT set_config('role', 'herald_app', false), "
-            "set_config('herald.tenant_id', %s, false)",
-            (tenant,),
+        generic_plans_as_app(
+            conn, tenant, (*INBOX_TABLES, "notification_event", "person_role", "role")
         )
-        conn.execute("SET plan_cache_mode = force_generic_plan")
         for name, value in tenancy.INBOX_PLANNER_SETTINGS:  # as actor_transaction sets them
             conn.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
         actor = Actor(

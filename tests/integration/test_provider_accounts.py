@@ -34,7 +34,7 @@ from herald.kinds import Registry
 from herald.kinds.sample import SAMPLE_REGISTRY
 from herald.maintenance.service import run_tick
 from herald.runtime.worker import _listen
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests import seed
 from tests.integration.test_fanout import run_to_completion, send_event
 from tests.integration.test_secrets import tables_containing
@@ -76,11 +76,6 @@ def accounts_settings(settings: Settings, tmp_path: Path, default_smtp: SmtpTest
             "provider_read_timeout_seconds": 2.0,
         }
     )
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
-from cryptography.fernet import Fernet
 from httpx import AsyncClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,17 +18,12 @@ from herald.config import Settings
 from herald.db import schema as s
 from herald.delivery.worker import deliver_batch
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from tests.integration.test_admin_history import HISTORY_READ, fanned_out_event, operator_headers
 from tests.integration.test_fanout import school
 from tests.providers.servers import SmtpRecordingHandler, smtp_free_port, smtp_server
 
 EVENTS = "/v1/admin/events"
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 def _two_smtp(settings: Settings, first_port: int, second_port: int) -> FailoverProvider:

@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from cryptography.fernet import Fernet
 from httpx import AsyncClient
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,8 +22,14 @@ from herald.channels.base import ProviderOutcome
 from herald.config import Settings
 from herald.db import schema as s
 from herald.receipts.service import twilio_signature
-from herald.secrets.vault import TableVault, Vault
-from tests import seed
+from herald.secrets.vault import Vault
+from tests.integration.receipt_helpers import (
+    CALLBACK,
+    TWILIO,
+    guardian_with_sms,
+    receipt_settings,
+    signed,
+)
 from tests.integration.test_admin_history import admin_key_headers
 from tests.integration.test_delivery import (
     ScriptedProvider,
@@ -33,30 +38,15 @@ from tests.integration.test_delivery import (
     email_delivery,
 )
 from tests.integration.test_fanout import ANNOUNCE, run_to_completion, send_event
+from tests.providers.servers import TWILIO_TOKEN
 
 RESEND = "/v1/providers/resend/events"
-TWILIO = "/v1/providers/twilio/status"
-CALLBACK = "https://herald.example/v1/providers/twilio/status"
 RESEND_SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 
 
 @pytest.fixture
 def settings(settings: Settings, tmp_path: Any) -> Settings:
-    return settings.model_copy(
-        update={
-            "resend_webhook_secret": RESEND_SECRET,
-            "twilio_auth_token": "twilio-token",
-            "twilio_status_callback_url": CALLBACK,
-            "vault_key": Fernet.generate_key().decode(),
-            "data_dir": tmp_path,
-            "webhook_allow_loopback": True,
-        }
-    )
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
+    return receipt_settings(settings, tmp_path, resend_webhook_secret=RESEND_SECRET)
 
 
 def resend_request(
@@ -113,25 +103,7 @@ async def sent_sms(
 ) -> str:
     """A guardian with a phone who opted in to SMS announcements gets one, sent; its SID."""
     if setup:
-        async with engine.begin() as conn:
-            group_id = await seed.group(conn, tenant, "class-7a")
-            pupil = await seed.person(conn, tenant, "s0")
-            parent = await seed.person(conn, tenant, "g0")
-            await conn.execute(
-                update(s.person).where(s.person.c.id == parent.id).values(phone=phone)
-            )
-            await seed.member(conn, tenant, group_id, pupil.id)
-            await seed.guardian(conn, tenant, pupil.id, parent.id)
-            # SMS is off by default outside security: this guardian opted in.
-            await conn.execute(
-                s.notification_preference.insert().values(
-                    tenant_id=tenant,
-                    person_id=parent.id,
-                    category="announcement",
-                    channel="sms",
-                    enabled=True,
-                )
-            )
+        await guardian_with_sms(engine, tenant, phone)
     sid = f"SM{uuid.uuid4().hex}"
     # A title of its own: the same event twice would be one event (its dedupe key).
     await send_event(engine, tenant, channels=["sms"], variables={**ANNOUNCE, "title": sid})
@@ -143,14 +115,7 @@ async def sent_sms(
 
 
 async def post_twilio(client: AsyncClient, params: list[tuple[str, str]]) -> Any:
-    return await client.post(
-        TWILIO,
-        content=urlencode(params),
-        headers={
-            "content-type": "application/x-www-form-urlencoded",
-            "x-twilio-signature": twilio_signature("twilio-token", CALLBACK, params),
-        },
-    )
+    return await client.post(TWILIO, **signed(params))
 
 
 async def webhook_types(engine: AsyncEngine, tenant: str) -> list[str]:
@@ -263,7 +228,7 @@ async def test_twilio_undelivered_is_bounced_with_the_code(
     assert unsigned.status_code == 401 and forged.status_code == 401
     assert (await delivery_rows(engine, tenant))[0]["status"] == "sent"
 
-    signature = twilio_signature("twilio-token", CALLBACK, params)
+    signature = twilio_signature(TWILIO_TOKEN, CALLBACK, params)
     answer = await client.post(
         TWILIO, content=form, headers={**content, "x-twilio-signature": signature}
     )

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from cryptography.fernet import Fernet
 from httpx import AsyncClient
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,24 +31,24 @@ from herald.directory import service as directory
 from herald.directory.schemas import PersonInput
 from herald.maintenance import retention
 from herald.receipts import service as receipts
-from herald.receipts.service import twilio_signature
-from herald.secrets.vault import TableVault, Vault
-from tests import seed
+from herald.secrets.vault import Vault
+from tests.integration.receipt_helpers import (
+    CALLBACK,
+    TWILIO,
+    guardian_with_sms,
+    receipt_settings,
+    signed,
+)
 from tests.integration.test_admin_history import admin_key_headers
 from tests.integration.test_delivery import deliver, delivery_rows
 from tests.integration.test_fanout import ANNOUNCE, run_to_completion, send_event
 from tests.providers.servers import (
     TWILIO_FROM,
     TWILIO_SID,
-    TWILIO_TOKEN,
     TwilioReply,
     TwilioRequest,
     twilio_server,
 )
-
-TWILIO = "/v1/providers/twilio/status"
-CALLBACK = "https://herald.example/v1/providers/twilio/status"
-PHONE = "+9779841000001"
 
 
 @pytest.fixture
@@ -59,33 +59,13 @@ def twilio() -> Any:
 
 @pytest.fixture
 def settings(settings: Settings, twilio: Any, tmp_path: Any) -> Settings:
-    return settings.model_copy(
-        update={
-            "twilio_account_sid": TWILIO_SID,
-            "twilio_auth_token": TWILIO_TOKEN,
-            "twilio_from": TWILIO_FROM,
-            "twilio_base_url": twilio.url,
-            "twilio_status_callback_url": CALLBACK,
-            "vault_key": Fernet.generate_key().decode(),
-            "data_dir": tmp_path,
-            "webhook_allow_loopback": True,
-        }
+    return receipt_settings(
+        settings,
+        tmp_path,
+        twilio_account_sid=TWILIO_SID,
+        twilio_from=TWILIO_FROM,
+        twilio_base_url=twilio.url,
     )
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
-
-
-def signed(params: list[tuple[str, str]], token: str = TWILIO_TOKEN) -> dict[str, Any]:
-    return {
-        "content": urlencode(params),
-        "headers": {
-            "content-type": "application/x-www-form-urlencoded",
-            "x-twilio-signature": twilio_signature(token, CALLBACK, params),
-        },
-    }
 
 
 def status(sid: str, word: str, error: str | None = None) -> list[tuple[str, str]]:
@@ -159,26 +139,6 @@ async def kept(engine: AsyncEngine, sid: str | None = None) -> int:
         query = query.where(p.c.provider_message_id == sid)
     async with engine.connect() as conn:
         return int((await conn.execute(query)).scalar_one())
-
-
-async def guardian_with_sms(engine: AsyncEngine, tenant: str) -> None:
-    """A guardian with a phone who opted in to SMS announcements."""
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        pupil = await seed.person(conn, tenant, "s0")
-        parent = await seed.person(conn, tenant, "g0")
-        await conn.execute(update(s.person).where(s.person.c.id == parent.id).values(phone=PHONE))
-        await seed.member(conn, tenant, group_id, pupil.id)
-        await seed.guardian(conn, tenant, pupil.id, parent.id)
-        await conn.execute(
-            s.notification_preference.insert().values(
-                tenant_id=tenant,
-                person_id=parent.id,
-                category="announcement",
-                channel="sms",
-                enabled=True,
-            )
-        )
 
 
 async def one_sms(
@@ -265,31 +225,68 @@ async def test_an_early_callback_is_kept_then_applied_once_by_the_recorder(
     assert await webhook_types(engine, tenant) == ["delivery.delivered"]
 
 
+@dataclass
+class GuardianTexts:
+    """SMS to the guardian through the real Twilio provider, fanned out and delivered by the
+    worker, with Twilio's callbacks posted before the send is recorded."""
+
+    client: AsyncClient
+    engine: AsyncEngine
+    tenant: str
+    vault: Vault
+    settings: Settings
+    twilio: Any
+    provider: TwilioSmsProvider
+
+    def callback_first(self, *script: tuple[str, str | None]) -> CallbackFirst:
+        return CallbackFirst(self.provider, self.twilio, self.client, self.engine, *script)
+
+    async def send(self, provider: CallbackFirst) -> dict[str, Any]:
+        return await one_sms(self.engine, self.tenant, provider, self.vault, self.settings)
+
+    async def bounced_early(self, word: str, code: str) -> None:
+        """An SMS answered `word` with `code` before its send is recorded: the callback is kept
+        (202), and the recorder applies it — the delivery bounced with the code — and deletes it."""
+        early = self.callback_first((word, code))
+        row = await self.send(early)
+        assert [a.status_code for a in early.answers] == [202]
+        assert row["status"] == "bounced"
+        assert row["last_error"] == f"SMS_UNDELIVERED (twilio_{code})"
+        assert await kept(self.engine, early.sids[0]) == 0
+
+
+@pytest.fixture
+async def texts(
+    client: AsyncClient,
+    engine: AsyncEngine,
+    tenant: str,
+    vault: Vault,
+    settings: Settings,
+    twilio: Any,
+    real_twilio: TwilioSmsProvider,
+) -> GuardianTexts:
+    await guardian_with_sms(engine, tenant)
+    return GuardianTexts(client, engine, tenant, vault, settings, twilio, real_twilio)
+
+
 @pytest.mark.parametrize("code", ["30003", "30005", "30006"])
 async def test_an_early_hard_failure_marks_the_number_until_it_changes(
     client: AsyncClient,
     engine: AsyncEngine,
-    settings: Settings,
     tenant: str,
-    vault: Vault,
     twilio: Any,
-    real_twilio: TwilioSmsProvider,
+    texts: GuardianTexts,
     code: str,
 ) -> None:
     """Issue 44: an `undelivered` with a code that says the number cannot take SMS, kept before
     the send was recorded, bounces the delivery with the code and marks the number when the
     recorder applies it; the next SMS is skipped_no_destination with ADDRESS_UNDELIVERABLE in the
     person's history; after a directory update gives the person another number, SMS is sent."""
-    await guardian_with_sms(engine, tenant)
-    early = CallbackFirst(real_twilio, twilio, client, engine, ("undelivered", code))
-    row = await one_sms(engine, tenant, early, vault, settings)
-    assert [a.status_code for a in early.answers] == [202]
-    assert row["status"] == "bounced" and row["last_error"] == f"SMS_UNDELIVERED (twilio_{code})"
-    assert await kept(engine, early.sids[0]) == 0
+    await texts.bounced_early("undelivered", code)
     assert await sms_marks(engine, tenant) == [f"SMS_UNDELIVERED (twilio_{code})"]
 
-    plain = CallbackFirst(real_twilio, twilio, client, engine)
-    skipped = await one_sms(engine, tenant, plain, vault, settings)
+    plain = texts.callback_first()
+    skipped = await texts.send(plain)
     assert skipped["status"] == "skipped_no_destination"
     assert skipped["last_error"] == "ADDRESS_UNDELIVERABLE"
     assert len(plain.sids) == 0  # Twilio was not called
@@ -301,34 +298,21 @@ async def test_an_early_hard_failure_marks_the_number_until_it_changes(
         await directory.upsert_person(
             conn, tenant, "g0", PersonInput(full_name="g0", phone="+9779841000002")
         )
-    sent = await one_sms(engine, tenant, plain, vault, settings)
+    sent = await texts.send(plain)
     assert sent["status"] == "sent" and len(plain.sids) == 1
     assert twilio.requests[-1].field("To") == "+9779841000002"
 
 
 @pytest.mark.parametrize("code", ["30001", "30007", "30008"])
 async def test_an_early_soft_failure_bounces_the_message_only(
-    client: AsyncClient,
-    engine: AsyncEngine,
-    settings: Settings,
-    tenant: str,
-    vault: Vault,
-    twilio: Any,
-    real_twilio: TwilioSmsProvider,
-    code: str,
+    engine: AsyncEngine, tenant: str, texts: GuardianTexts, code: str
 ) -> None:
     """Issue 44: queue overflow (30001), carrier filtering (30007) and an unknown error (30008)
     bounce this message, kept and applied like any early receipt, but mark
     nothing: the next SMS to the number is sent."""
-    await guardian_with_sms(engine, tenant)
-    early = CallbackFirst(real_twilio, twilio, client, engine, ("failed", code))
-    row = await one_sms(engine, tenant, early, vault, settings)
-    assert [a.status_code for a in early.answers] == [202]
-    assert row["status"] == "bounced" and row["last_error"] == f"SMS_UNDELIVERED (twilio_{code})"
-    assert await kept(engine, early.sids[0]) == 0
+    await texts.bounced_early("failed", code)
     assert await sms_marks(engine, tenant) == []
-    plain = CallbackFirst(real_twilio, twilio, client, engine)
-    assert (await one_sms(engine, tenant, plain, vault, settings))["status"] == "sent"
+    assert (await texts.send(texts.callback_first()))["status"] == "sent"
 
 
 async def test_bad_callbacks_are_refused_and_keep_nothing(

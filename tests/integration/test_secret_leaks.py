@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from cryptography.fernet import Fernet
+from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -63,6 +64,94 @@ class Responses:
         )
 
 
+def recording_client(app: FastAPI, responses: Responses) -> AsyncClient:
+    """A client on the app whose every response body lands in `responses`."""
+    return AsyncClient(
+        transport=ASGITransport(app=app),
+        base_url="http://herald.test",
+        event_hooks={"response": [responses]},
+    )
+
+
+async def bearer(engine: AsyncEngine, tenant: str, scopes: list[str]) -> dict[str, str]:
+    """Headers carrying a new API key of the tenant with these scopes."""
+    async with engine.begin() as conn:
+        key = await create_api_key(conn, tenant_id=tenant, scopes=scopes)
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def post_event(
+    engine: AsyncEngine,
+    tenant: str,
+    http: AsyncClient,
+    headers: dict[str, str],
+    body: dict[str, Any],
+) -> str:
+    """Posts the event over the API and fans it out to deliveries; returns its id."""
+    event = await http.post("/v1/events", json=body, headers=headers)
+    assert event.status_code == 201, event.text
+    await run_to_completion(engine, tenant)
+    event_id: str = event.json()["id"]
+    return event_id
+
+
+async def retry_now(engine: AsyncEngine, tenant: str) -> None:
+    """The backoff elapses at once; the reaper puts the row back in the queue as it would."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE notification_delivery SET next_attempt_at = now() "
+                "WHERE tenant_id = :t AND status = 'failed'"
+            ),
+            {"t": tenant},
+        )
+        await delivery_service.requeue_due_failures(conn, limit=100)
+
+
+async def read_every_view(http: AsyncClient, headers: dict[str, str], event_ids: list[str]) -> None:
+    """Everything an operator or the host can read about these events, so each body is searched."""
+    for event_id in event_ids:
+        for path in (
+            f"/v1/events/{event_id}",
+            f"/v1/admin/events/{event_id}",
+            f"/v1/admin/events/{event_id}/deliveries",
+        ):
+            answer = await http.get(path, headers=headers)
+            assert answer.status_code == 200, (path, answer.text)
+
+
+async def replay_dead_letters(http: AsyncClient, headers: dict[str, str], count: int) -> None:
+    """An operator replays every dead letter over the admin API; there are `count` of them."""
+    letters = await http.get("/v1/admin/dead-letters", headers=headers)
+    assert letters.status_code == 200, letters.text
+    assert len(letters.json()["items"]) == count
+    for letter in letters.json()["items"]:
+        replayed = await http.post(f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers)
+        assert replayed.status_code == 201, replayed.text
+
+
+def lines_of(records: Iterable[logging.LogRecord]) -> list[str]:
+    """Each captured record as one searchable line: logger, message and any traceback."""
+    return [f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in records]
+
+
+async def assert_found_nowhere(
+    engine: AsyncEngine,
+    values: Iterable[str],
+    log_lines: list[str],
+    responses: Responses,
+    *,
+    kept_in: Mapping[str, list[str]] | None = None,
+) -> None:
+    """No value is in any table, log line or response body; `kept_in` names the columns that
+    are meant to hold a value (a person's own webhook URL), which must then be exactly those."""
+    kept_in = kept_in or {}
+    for value in values:
+        assert await tables_containing(engine, value) == kept_in.get(value, []), value
+        assert [line for line in log_lines if value in line] == [], value
+        assert [body for body in responses.bodies if value in body] == [], value
+
+
 async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
     settings: Settings,
     engine: AsyncEngine,
@@ -92,10 +181,9 @@ async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
     responses = Responses()
     async with engine.begin() as conn:
         await seed.person(conn, tenant, "u1", full_name="Asha", email="asha@example.com")
-        key = await create_api_key(
-            conn, tenant_id=tenant, scopes=["secrets:write", "events:write", "events:read", "admin"]
-        )
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = await bearer(
+        engine, tenant, ["secrets:write", "events:write", "events:read", "admin"]
+    )
 
     async def send_secret(http: AsyncClient, kind: str, values: dict[str, str]) -> str:
         stash_type = "otp" if kind == "auth.otp" else "password_reset"
@@ -103,44 +191,26 @@ async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
             "/v1/secrets", json={"type": stash_type, "values": values}, headers=headers
         )
         assert stashed.status_code == 201, stashed.text
-        event = await http.post(
-            "/v1/events",
-            json={
+        return await post_event(
+            engine,
+            tenant,
+            http,
+            headers,
+            {
                 "kind": kind,
                 "audience": {"kind": "users", "userIds": ["u1"]},
                 "channels": ["email"],
                 "variables": {"secretRef": stashed.json()["secretRef"]},
             },
-            headers=headers,
         )
-        assert event.status_code == 201, event.text
-        await run_to_completion(engine, tenant)
-        event_id: str = event.json()["id"]
-        return event_id
 
     async def deliver() -> None:
         await deliver_email(engine, configured, vault, tenant)
 
-    async def retry_now() -> None:
-        """The backoff elapses at once; the reaper puts the row back in the queue as it would."""
-        async with engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "UPDATE notification_delivery SET next_attempt_at = now() "
-                    "WHERE tenant_id = :t AND status = 'failed'"
-                ),
-                {"t": tenant},
-            )
-            await delivery_service.requeue_due_failures(conn, limit=100)
-
     sent_values: list[str] = []
     all_values: list[str] = []
     event_ids: list[str] = []
-    async with AsyncClient(
-        transport=ASGITransport(app=app),
-        base_url="http://herald.test",
-        event_hooks={"response": [responses]},
-    ) as http:
+    async with recording_client(app, responses) as http:
         # 1. A password reset and an OTP, sent at once.
         for kind, name in (("auth.password_reset", "token"), ("auth.otp", "code")):
             value = secret(name)
@@ -155,7 +225,7 @@ async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
         event_ids.append(await send_secret(http, "auth.password_reset", {"token": value}))
         await deliver()
         smtp.handler.refuse_data = None
-        await retry_now()
+        await retry_now(engine, tenant)
         await deliver()
         sent_values.append(value)
 
@@ -164,7 +234,7 @@ async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
         smtp.handler.refuse_data = f"451 4.3.0 try again later {value}"
         event_ids.append(await send_secret(http, "auth.otp", {"code": value}))
         await deliver()
-        await retry_now()
+        await retry_now(engine, tenant)
         await deliver()
         smtp.handler.refuse_data = None
         all_values.append(value)
@@ -178,25 +248,10 @@ async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
         smtp.handler.refuse_rcpt = None
         all_values.append(value)
 
-        letters = await http.get("/v1/admin/dead-letters", headers=headers)
-        assert letters.status_code == 200, letters.text
-        assert len(letters.json()["items"]) == 2
-        for letter in letters.json()["items"]:
-            replayed = await http.post(
-                f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers
-            )
-            assert replayed.status_code == 201, replayed.text
+        await replay_dead_letters(http, headers, 2)
         await deliver()
 
-        # Everything an operator or the host can read about these events.
-        for event_id in event_ids:
-            for path in (
-                f"/v1/events/{event_id}",
-                f"/v1/admin/events/{event_id}",
-                f"/v1/admin/events/{event_id}/deliveries",
-            ):
-                answer = await http.get(path, headers=headers)
-                assert answer.status_code == 200, (path, answer.text)
+        await read_every_view(http, headers, event_ids)
         assert (await http.get("/v1/admin/events", headers=headers)).status_code == 200
         assert (await http.get("/v1/admin/feed", headers=headers)).status_code == 200
 
@@ -212,15 +267,8 @@ async def test_no_secret_value_is_left_in_a_table_a_log_or_a_response(
     assert len(responses.bodies) > 20
 
     # And it finds no secret anywhere else.
-    log_lines = [
-        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
-        for r in caplog.records
-        if r.name not in SMTP_SERVER_LOGGERS
-    ]
-    for value in all_values:
-        assert await tables_containing(engine, value) == [], value
-        assert [line for line in log_lines if value in line] == [], value
-        assert [body for body in responses.bodies if value in body] == [], value
+    log_lines = lines_of(r for r in caplog.records if r.name not in SMTP_SERVER_LOGGERS)
+    await assert_found_nowhere(engine, all_values, log_lines, responses)
 
 
 async def delivery_statuses(engine: AsyncEngine, tenant: str) -> list[Any]:
@@ -273,36 +321,17 @@ async def test_no_chat_provider_secret_is_left_in_a_table_a_log_or_a_response(
         vault = TableVault(engine, Fernet.generate_key())
         app = create_app(configured, engine, registry, vault=vault)
         responses = Responses()
-        async with engine.begin() as conn:
-            key = await create_api_key(
-                conn,
-                tenant_id=tenant,
-                scopes=["directory:write", "events:write", "events:read", "admin"],
-            )
-        headers = {"Authorization": f"Bearer {key}"}
+        headers = await bearer(
+            engine, tenant, ["directory:write", "events:write", "events:read", "admin"]
+        )
         slack_provider, teams_provider = SlackProvider(configured), TeamsProvider(configured)
 
         async def deliver() -> None:
             for provider in (slack_provider, teams_provider):
                 await deliver_batch_of(engine, provider, vault, configured, tenant)()
 
-        async def retry_now() -> None:
-            async with engine.begin() as conn:
-                await conn.execute(
-                    text(
-                        "UPDATE notification_delivery SET next_attempt_at = now() "
-                        "WHERE tenant_id = :t AND status = 'failed'"
-                    ),
-                    {"t": tenant},
-                )
-                await delivery_service.requeue_due_failures(conn, limit=100)
-
         try:
-            async with AsyncClient(
-                transport=ASGITransport(app=app),
-                base_url="http://herald.test",
-                event_hooks={"response": [responses]},
-            ) as http:
+            async with recording_client(app, responses) as http:
                 person = {"fullName": "Asha", "slackId": "U0ASHA00001", "teamsWebhookUrl": webhook}
                 put = await http.put("/v1/people/asha", json=person, headers=headers)
                 assert put.status_code == 201, put.text
@@ -314,20 +343,18 @@ async def test_no_chat_provider_secret_is_left_in_a_table_a_log_or_a_response(
                 assert refused.status_code == 400, refused.text
 
                 async def notice(message: str) -> str:
-                    event = await http.post(
-                        "/v1/events",
-                        json={
+                    return await post_event(
+                        engine,
+                        tenant,
+                        http,
+                        headers,
+                        {
                             "kind": "staff.notice",
                             "audience": {"kind": "users", "userIds": ["asha"]},
                             "channels": ["slack", "teams"],
                             "variables": {"title": "Staff", "message": message},
                         },
-                        headers=headers,
                     )
-                    assert event.status_code == 201, event.text
-                    await run_to_completion(engine, tenant)
-                    event_id: str = event.json()["id"]
-                    return event_id
 
                 event_ids = [await notice("sent at once")]
                 await deliver()
@@ -339,29 +366,15 @@ async def test_no_chat_provider_secret_is_left_in_a_table_a_log_or_a_response(
                 )
                 event_ids.append(await notice("retried until dead"))
                 await deliver()
-                await retry_now()
+                await retry_now(engine, tenant)
                 await deliver()
-                letters = await http.get("/v1/admin/dead-letters", headers=headers)
-                assert letters.status_code == 200, letters.text
-                assert len(letters.json()["items"]) == 2
-                for letter in letters.json()["items"]:
-                    replayed = await http.post(
-                        f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers
-                    )
-                    assert replayed.status_code == 201, replayed.text
+                await replay_dead_letters(http, headers, 2)
                 await deliver()
                 # Refused outright: the webhook is deleted.
                 teams.gone.add(webhook_secret)
                 event_ids.append(await notice("webhook gone"))
                 await deliver()
-                for event_id in event_ids:
-                    for path in (
-                        f"/v1/events/{event_id}",
-                        f"/v1/admin/events/{event_id}",
-                        f"/v1/admin/events/{event_id}/deliveries",
-                    ):
-                        answer = await http.get(path, headers=headers)
-                        assert answer.status_code == 200, (path, answer.text)
+                await read_every_view(http, headers, event_ids)
                 assert (await http.get("/v1/admin/dead-letters", headers=headers)).is_success
         finally:
             await slack_provider.aclose()
@@ -369,18 +382,20 @@ async def test_no_chat_provider_secret_is_left_in_a_table_a_log_or_a_response(
 
     statuses = await delivery_statuses(engine, tenant)
     assert statuses.count("sent") == 3 and statuses.count("dead") == 3, statuses
-    # The scan works: the servers got the token and the URL, and the table finds the URL.
+    # The scan works: the servers got the token and the URL, and (below) the table finds the URL.
     assert all(r.headers["authorization"] == f"Bearer {token}" for r in slack.requests)
     assert any(r.path == webhook_secret for r in teams.requests)
-    assert await tables_containing(engine, webhook_secret) == ["person.teams_webhook_url"]
     assert len(responses.bodies) > 10
 
-    log_lines = [f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records]
+    log_lines = lines_of(caplog.records)
     assert any("teams send failed" in line for line in log_lines)
-    assert await tables_containing(engine, token) == []
-    for value in (token, webhook_secret):
-        assert [line for line in log_lines if value in line] == [], value
-        assert [body for body in responses.bodies if value in body] == [], value
+    await assert_found_nowhere(
+        engine,
+        (token, webhook_secret),
+        log_lines,
+        responses,
+        kept_in={webhook_secret: ["person.teams_webhook_url"]},
+    )
 
 
 async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
@@ -429,43 +444,27 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
         vault = TableVault(engine, Fernet.generate_key())
         app = create_app(configured, engine, registry, vault=vault)
         responses = Responses()
-        async with engine.begin() as conn:
-            key = await create_api_key(
-                conn,
-                tenant_id=tenant,
-                scopes=["directory:write", "events:write", "events:read", "admin"],
-            )
-        headers = {"Authorization": f"Bearer {key}"}
+        headers = await bearer(
+            engine, tenant, ["directory:write", "events:write", "events:read", "admin"]
+        )
         provider = WhatsAppProvider(configured)
 
         async def deliver() -> None:
             await deliver_batch_of(engine, provider, vault, configured, tenant)()
 
-        async def retry_now() -> None:
-            async with engine.begin() as conn:
-                await conn.execute(
-                    text(
-                        "UPDATE notification_delivery SET next_attempt_at = now() "
-                        "WHERE tenant_id = :t AND status = 'failed'"
-                    ),
-                    {"t": tenant},
-                )
-                await delivery_service.requeue_due_failures(conn, limit=100)
-
         try:
-            async with AsyncClient(
-                transport=ASGITransport(app=app),
-                base_url="http://herald.test",
-                event_hooks={"response": [responses]},
-            ) as http:
+            async with recording_client(app, responses) as http:
                 person = {"fullName": "Asha", "phone": "+9779812345678"}
                 put = await http.put("/v1/people/asha", json=person, headers=headers)
                 assert put.status_code == 201, put.text
 
                 async def reminder(due: str) -> str:
-                    event = await http.post(
-                        "/v1/events",
-                        json={
+                    return await post_event(
+                        engine,
+                        tenant,
+                        http,
+                        headers,
+                        {
                             "kind": "fee.reminder",
                             "audience": {"kind": "users", "userIds": ["asha"]},
                             "channels": ["whatsapp"],
@@ -475,12 +474,7 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
                                 "dueDate": due,
                             },
                         },
-                        headers=headers,
                     )
-                    assert event.status_code == 201, event.text
-                    await run_to_completion(engine, tenant)
-                    event_id: str = event.json()["id"]
-                    return event_id
 
                 event_ids = [await reminder("2026-12-01")]
                 await deliver()
@@ -491,16 +485,9 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
                 )
                 event_ids.append(await reminder("2026-12-02"))
                 await deliver()
-                await retry_now()
+                await retry_now(engine, tenant)
                 await deliver()
-                letters = await http.get("/v1/admin/dead-letters", headers=headers)
-                assert letters.status_code == 200, letters.text
-                assert len(letters.json()["items"]) == 1
-                for letter in letters.json()["items"]:
-                    replayed = await http.post(
-                        f"/v1/admin/dead-letters/{letter['id']}/replay", headers=headers
-                    )
-                    assert replayed.status_code == 201, replayed.text
+                await replay_dead_letters(http, headers, 1)
                 await deliver()
                 # Refused outright, Meta's message quoting the token.
                 graph.reply_with(whatsapp_error(131026, message=f"{token} undeliverable"))
@@ -514,7 +501,9 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
                             await conn.execute(
                                 text(
                                     "SELECT provider_message_id FROM notification_delivery "
-                                    "WHERE tenant_id = :t AND provider_message_id IS NOT NULL"
+                                    "WHERE tenant_id = :t AND provider_message_id IS NOT NULL "
+                                    # The original first: the receipt is for it, not the replay.
+                                    "ORDER BY replay_of_delivery_id NULLS FIRST, id"
                                 ),
                                 {"t": tenant},
                             )
@@ -537,14 +526,7 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
                             "hub.challenge": "42",
                         },
                     )
-                for event_id in event_ids:
-                    for path in (
-                        f"/v1/events/{event_id}",
-                        f"/v1/admin/events/{event_id}",
-                        f"/v1/admin/events/{event_id}/deliveries",
-                    ):
-                        answer = await http.get(path, headers=headers)
-                        assert answer.status_code == 200, (path, answer.text)
+                await read_every_view(http, headers, event_ids)
                 assert (await http.get("/v1/admin/dead-letters", headers=headers)).is_success
         finally:
             await provider.aclose()
@@ -562,17 +544,14 @@ async def test_no_whatsapp_secret_is_left_in_a_table_a_log_or_a_response(
     # Meta's handshake carries the verify token in its query string by design: the one line
     # left out is the test's own client logging the URL it called (httpx, to http://herald.test);
     # Herald writes no access log (uvicorn's is off) and its providers' httpx lines are kept.
-    log_lines = [
-        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
+    log_lines = lines_of(
+        r
         for r in caplog.records
         if not (r.name == "httpx" and "http://herald.test/" in r.getMessage())
-    ]
+    )
     assert any("whatsapp send failed" in line for line in log_lines)
     assert any(line.startswith("httpx HTTP Request: POST http://127.0.0.1") for line in log_lines)
-    for value in (token, app_secret, verify_token):
-        assert await tables_containing(engine, value) == [], value
-        assert [line for line in log_lines if value in line] == [], value
-        assert [body for body in responses.bodies if value in body] == [], value
+    await assert_found_nowhere(engine, (token, app_secret, verify_token), log_lines, responses)
 
 
 async def test_no_provider_account_secret_is_left_in_a_table_a_log_or_a_response(
@@ -614,9 +593,7 @@ async def test_no_provider_account_secret_is_left_in_a_table_a_log_or_a_response
     app = create_app(configured, engine, registry, vault=vault)
     responses = Responses()
     await parent(engine, tenant, "parent@example.com")
-    async with engine.begin() as conn:
-        key = await create_api_key(conn, tenant_id=tenant, scopes=["admin"])
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = await bearer(engine, tenant, ["admin"])
     default = SmtpEmailProvider(configured)
     accounts = TenantProviders(configured, {"email": default}, refresh_seconds=0)
 
@@ -633,11 +610,7 @@ async def test_no_provider_account_secret_is_left_in_a_table_a_log_or_a_response
         )
 
     with smtp_server(credentials=("school", password)) as school:
-        async with AsyncClient(
-            transport=ASGITransport(app=app),
-            base_url="http://herald.test",
-            event_hooks={"response": [responses]},
-        ) as http:
+        async with recording_client(app, responses) as http:
             smtp_account = {
                 "host": school.host,
                 "port": school.port,
@@ -680,15 +653,7 @@ async def test_no_provider_account_secret_is_left_in_a_table_a_log_or_a_response
             assert put.status_code == 200, put.text
             await queue_email(engine, tenant)
             await deliver()
-            async with engine.begin() as conn:
-                await conn.execute(
-                    text(
-                        "UPDATE notification_delivery SET next_attempt_at = now() "
-                        "WHERE tenant_id = :t AND status = 'failed'"
-                    ),
-                    {"t": tenant},
-                )
-                await delivery_service.requeue_due_failures(conn, limit=100)
+            await retry_now(engine, tenant)
             await deliver()
 
             for path in (
@@ -707,13 +672,6 @@ async def test_no_provider_account_secret_is_left_in_a_table_a_log_or_a_response
 
     statuses = await delivery_statuses(engine, tenant)
     assert sorted(statuses) == ["dead", "sent"], statuses
-    log_lines = [
-        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
-        for r in caplog.records
-        if r.name not in SMTP_SERVER_LOGGERS
-    ]
+    log_lines = lines_of(r for r in caplog.records if r.name not in SMTP_SERVER_LOGGERS)
     assert len(responses.bodies) >= 10
-    for value in values.values():
-        assert await tables_containing(engine, value) == [], value
-        assert [line for line in log_lines if value in line] == [], value
-        assert [body for body in responses.bodies if value in body] == [], value
+    await assert_found_nowhere(engine, values.values(), log_lines, responses)

@@ -52,11 +52,6 @@ def smtp_settings(settings: Settings, smtp: SmtpTestServer, tmp_path: Any) -> Se
     )
 
 
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
-
-
 async def person(engine: AsyncEngine, tenant: str, email: str = "asha@example.com") -> seed.Person:
     async with engine.begin() as conn:
         return await seed.person(conn, tenant, "u1", full_name="Asha", email=email)

@@ -19,8 +19,9 @@ from herald.channels.aakash import AakashSmsProvider
 from herald.config import Settings
 from herald.directory import service as directory
 from herald.directory.schemas import PersonInput
-from herald.secrets.vault import TableVault, Vault
-from tests.integration.test_receipts_early import guardian_with_sms, one_sms, sms_marks
+from herald.secrets.vault import Vault
+from tests.integration.receipt_helpers import guardian_with_sms
+from tests.integration.test_receipts_early import one_sms, sms_marks
 from tests.providers.servers import (
     AAKASH_NOT_ENOUGH_BALANCE,
     AAKASH_TOKEN,
@@ -46,11 +47,6 @@ def settings(settings: Settings, aakash: Any, tmp_path: Any) -> Settings:
             "data_dir": tmp_path,
         }
     )
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ local servers speaking chat.postMessage and a Teams webhook."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,8 +21,8 @@ from herald.db import schema as s
 from herald.directory import service as directory
 from herald.errors import ValidationFailed
 from herald.secrets.vault import Vault
-from tests.integration.test_delivery import deliver, delivery_rows, vault  # noqa: F401
-from tests.integration.test_directory import Headers, api_key, error_code, person_rows
+from tests.integration.test_delivery import deliver, delivery_rows
+from tests.integration.test_directory import Headers, error_code, person_rows
 from tests.integration.test_fanout import run_to_completion, send_event
 from tests.providers.servers import ChatTestServer, slack_error, slack_server, teams_server
 
@@ -47,11 +48,6 @@ def slack() -> Iterator[ChatTestServer]:
 def teams() -> Iterator[ChatTestServer]:
     with teams_server() as running:
         yield running
-
-
-@pytest.fixture
-async def auth(engine: AsyncEngine, tenant: str) -> Headers:
-    return await api_key(engine, tenant, ["directory:write"])
 
 
 def _chat_settings(settings: Settings, slack: ChatTestServer) -> Settings:
@@ -187,6 +183,12 @@ async def _staff(client: AsyncClient, auth: Headers, teams: ChatTestServer, tena
     assert answer.status_code == 200, answer.text
 
 
+@pytest.fixture
+async def staff(client: AsyncClient, auth: Headers, teams: ChatTestServer, tenant: str) -> None:
+    """Asha on Slack, Bina on Teams and Chet on neither, in the test's tenant."""
+    await _staff(client, auth, teams, tenant)
+
+
 async def _send_staff_notice(engine: AsyncEngine, tenant: str) -> None:
     await send_event(
         engine,
@@ -200,30 +202,47 @@ async def _send_staff_notice(engine: AsyncEngine, tenant: str) -> None:
     await run_to_completion(engine, tenant)
 
 
+@dataclass
+class StaffChat:
+    """The worker's two staff providers of one test, speaking to the local Slack and Teams."""
+
+    engine: AsyncEngine
+    vault: Vault
+    settings: Settings
+    tenant: str
+    slack: SlackProvider
+    teams: TeamsProvider
+
+    async def deliver(self) -> tuple[int, int]:
+        """One batch on Slack, then one on Teams; how many deliveries each took."""
+        on_slack = await deliver(self.engine, self.slack, self.vault, self.settings, self.tenant)()
+        on_teams = await deliver(self.engine, self.teams, self.vault, self.settings, self.tenant)()
+        return on_slack, on_teams
+
+
+@pytest.fixture
+async def chat(
+    engine: AsyncEngine, vault: Vault, settings: Settings, tenant: str, slack: ChatTestServer
+) -> AsyncIterator[StaffChat]:
+    configured = _chat_settings(settings, slack)
+    providers = SlackProvider(configured), TeamsProvider(configured)
+    try:
+        yield StaffChat(engine, vault, configured, tenant, *providers)
+    finally:
+        for provider in providers:
+            await provider.aclose()
+
+
+@pytest.mark.usefixtures("staff")
 async def test_a_staff_notice_arrives_in_slack_and_teams(
-    client: AsyncClient,
-    engine: AsyncEngine,
-    tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
-    slack: ChatTestServer,
-    teams: ChatTestServer,
+    engine: AsyncEngine, tenant: str, chat: StaffChat, slack: ChatTestServer, teams: ChatTestServer
 ) -> None:
     """The black-box check: an event on slack and teams to seeded staff reaches the local Slack
     Web API and the Teams webhook, rendered and escaped; each delivery is sent with a masked
     hint; a person with no destination is skipped_no_destination."""
-    await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        # Three each: one sent, two with nowhere to go on that channel.
-        assert await deliver(engine, slack_provider, vault, chat, tenant)() == 3
-        assert await deliver(engine, teams_provider, vault, chat, tenant)() == 3
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+    # Three each: one sent, two with nowhere to go on that channel.
+    assert await chat.deliver() == (3, 3)
 
     [posted] = slack.requests
     assert posted.headers["authorization"] == f"Bearer {BOT_TOKEN}"
@@ -253,105 +272,81 @@ async def test_a_staff_notice_arrives_in_slack_and_teams(
     assert re.fullmatch(r"\d+\.\d+", str(slack_row["provider_message_id"]))  # Slack's ts
 
 
+@pytest.mark.usefixtures("staff")
 async def test_a_gone_destination_is_dead_and_later_sends_skip_it(
-    client: AsyncClient,
-    engine: AsyncEngine,
-    tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
-    slack: ChatTestServer,
-    teams: ChatTestServer,
+    engine: AsyncEngine, tenant: str, chat: StaffChat, slack: ChatTestServer, teams: ChatTestServer
 ) -> None:
     """channel_not_found and a deleted webhook (404) are permanent: the deliveries are dead with
     the code, the person's destination is marked unreachable, and the next event skips it
     without calling the provider; no secret is in any recorded error."""
-    await _staff(client, auth, teams, tenant)
     slack.reply_with(slack_error("channel_not_found"))
     teams.gone.add(_bina_hook(teams, tenant).removeprefix(teams.base_url))
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-        dead = {
-            r["channel"]: r["last_error"]
-            for r in await delivery_rows(engine, tenant)
-            if r["status"] == "dead"
-        }
-        assert dead["slack"].startswith("SLACK_UNREACHABLE")
-        assert dead["teams"].startswith("TEAMS_UNREACHABLE")
-        for error in dead.values():
-            assert (
-                BOT_TOKEN not in error
-                and "webhook/bina" not in error
-                and "IncomingWebhook" not in error
-            )
-
-        async with engine.connect() as conn:
-            flags = (
-                await conn.execute(
-                    select(
-                        s.person.c.external_id,
-                        s.person.c.slack_can_write,
-                        s.person.c.teams_can_write,
-                    )
-                    .where(s.person.c.tenant_id == tenant)
-                    .order_by(s.person.c.external_id)
-                )
-            ).all()
-        assert [tuple(f) for f in flags] == [
-            ("asha", False, True),
-            ("bina", True, False),
-            ("chet", True, True),
-        ]
-
-        calls = len(slack.requests), len(teams.requests)
-        await send_event(
-            engine,
-            tenant,
-            kind="staff.notice",
-            audience={"kind": "users", "userIds": ["asha", "bina"]},
-            channels=["slack", "teams"],
-            variables={"title": "Again", "message": "Second notice"},
+    await chat.deliver()
+    dead = {
+        r["channel"]: r["last_error"]
+        for r in await delivery_rows(engine, tenant)
+        if r["status"] == "dead"
+    }
+    assert dead["slack"].startswith("SLACK_UNREACHABLE")
+    assert dead["teams"].startswith("TEAMS_UNREACHABLE")
+    for error in dead.values():
+        assert (
+            BOT_TOKEN not in error
+            and "webhook/bina" not in error
+            and "IncomingWebhook" not in error
         )
-        await run_to_completion(engine, tenant)
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+
+    async with engine.connect() as conn:
+        flags = (
+            await conn.execute(
+                select(
+                    s.person.c.external_id,
+                    s.person.c.slack_can_write,
+                    s.person.c.teams_can_write,
+                )
+                .where(s.person.c.tenant_id == tenant)
+                .order_by(s.person.c.external_id)
+            )
+        ).all()
+    assert [tuple(f) for f in flags] == [
+        ("asha", False, True),
+        ("bina", True, False),
+        ("chet", True, True),
+    ]
+
+    calls = len(slack.requests), len(teams.requests)
+    await send_event(
+        engine,
+        tenant,
+        kind="staff.notice",
+        audience={"kind": "users", "userIds": ["asha", "bina"]},
+        channels=["slack", "teams"],
+        variables={"title": "Again", "message": "Second notice"},
+    )
+    await run_to_completion(engine, tenant)
+    await chat.deliver()
     assert (len(slack.requests), len(teams.requests)) == calls
     statuses = [r["status"] for r in await delivery_rows(engine, tenant)]
     # Four from the first event (no destination on that channel), all four of the second.
     assert statuses.count("skipped_no_destination") == 4 + 4
 
 
+@pytest.mark.usefixtures("staff")
 async def test_erasure_takes_the_chat_destinations(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
-    slack: ChatTestServer,
+    auth: Headers,
+    chat: StaffChat,
     teams: ChatTestServer,
 ) -> None:
     """R-ERASE-1 for the staff channels: after a notice was sent on both, erasing the people
     leaves their Slack id and Teams webhook URL in no table, and no delivery keeps a hint."""
     from tests.integration.test_secrets import tables_containing
 
-    auth = await api_key(engine, tenant, ["directory:write"])
-    await _staff(client, auth, teams, tenant)
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+    await chat.deliver()
     webhook_path = _bina_hook(teams, tenant).removeprefix(teams.base_url)
     assert await tables_containing(engine, webhook_path) == ["person.teams_webhook_url"]
 
@@ -371,8 +366,7 @@ async def test_an_operator_override_is_previewed_and_sent_on_slack_and_teams(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    chat: StaffChat,
     slack: ChatTestServer,
     teams: ChatTestServer,
 ) -> None:
@@ -411,14 +405,7 @@ async def test_an_operator_override_is_previewed_and_sent_on_slack_and_teams(
 
     await _staff(client, admin, teams, tenant)
     await _send_staff_notice(engine, tenant)
-    chat = _chat_settings(settings, slack)
-    slack_provider, teams_provider = SlackProvider(chat), TeamsProvider(chat)
-    try:
-        await deliver(engine, slack_provider, vault, chat, tenant)()
-        await deliver(engine, teams_provider, vault, chat, tenant)()
-    finally:
-        await slack_provider.aclose()
-        await teams_provider.aclose()
+    await chat.deliver()
     blocks = slack.requests[0].json()["blocks"]
     assert blocks[0]["text"]["text"] == "Staff: Staff meeting moved"
     assert blocks[1]["text"]["text"] == (

@@ -6,43 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from cryptography.fernet import Fernet
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from herald.config import Settings
 from herald.db import schema as s
-from herald.secrets.vault import TableVault, Vault
-from tests import seed
+from herald.secrets.vault import Vault
+from tests.integration.receipt_helpers import guardian_with_sms
 from tests.integration.test_delivery import ScriptedProvider, deliver, delivery_rows
 from tests.integration.test_fanout import ANNOUNCE, run_to_completion, send_event
 
 
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
-
-
 async def texting_parent(engine: AsyncEngine, tenant: str) -> None:
-    async with engine.begin() as conn:
-        group_id = await seed.group(conn, tenant, "class-7a")
-        pupil = await seed.person(conn, tenant, "s0")
-        parent = await seed.person(conn, tenant, "g0")
-        await conn.execute(
-            update(s.person).where(s.person.c.id == parent.id).values(phone="+9779841000002")
-        )
-        await seed.member(conn, tenant, group_id, pupil.id)
-        await seed.guardian(conn, tenant, pupil.id, parent.id)
-        await conn.execute(
-            s.notification_preference.insert().values(
-                tenant_id=tenant,
-                person_id=parent.id,
-                category="announcement",
-                channel="sms",
-                enabled=True,
-            )
-        )
+    """The receipt tests' SMS guardian, on a number of this file's own."""
+    await guardian_with_sms(engine, tenant, "+9779841000002")
 
 
 async def announcements(engine: AsyncEngine, tenant: str, count: int, start: int = 0) -> None:

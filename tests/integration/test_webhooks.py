@@ -29,7 +29,7 @@ from herald.channels.base import ProviderOutcome
 from herald.config import Settings
 from herald.db import schema as s
 from herald.kinds.sample import SAMPLE_REGISTRY
-from herald.secrets.vault import TableVault, Vault
+from herald.secrets.vault import Vault
 from herald.webhooks import worker as webhooks
 from tests import seed
 from tests.integration.test_admin_history import admin_key_headers, operator_headers
@@ -51,11 +51,6 @@ def settings(settings: Settings, tmp_path: Any) -> Settings:
             "webhook_max_attempts": 4,
         }
     )
-
-
-@pytest.fixture
-def vault(engine: AsyncEngine) -> Vault:
-    return TableVault(engine, Fernet.generate_key())
 
 
 @dataclass

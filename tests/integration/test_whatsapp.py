@@ -10,6 +10,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from herald.channels.whatsapp import WhatsAppProvider
 from herald.config import Settings
 from herald.db import schema as s
 from herald.secrets.vault import Vault
-from tests.integration.test_delivery import deliver, delivery_rows, vault  # noqa: F401
+from tests.integration.test_delivery import deliver, delivery_rows
 from tests.integration.test_directory import Headers, api_key, error_code
 from tests.integration.test_fanout import run_to_completion, send_event
 from tests.providers.servers import (
@@ -63,11 +64,6 @@ def graph() -> Iterator[WhatsAppTestServer]:
         yield running
 
 
-@pytest.fixture
-async def auth(engine: AsyncEngine, tenant: str) -> Headers:
-    return await api_key(engine, tenant, ["directory:write"])
-
-
 def _wa_settings(settings: Settings, graph: WhatsAppTestServer) -> Settings:
     return settings.model_copy(
         update={
@@ -89,34 +85,53 @@ async def _guardians(client: AsyncClient, auth: Headers) -> None:
     assert answer.status_code == 200, answer.text
 
 
-async def _send_fee(
-    engine: AsyncEngine, tenant: str, who: list[str] | None = None, **variables: str
-) -> None:
-    await send_event(
-        engine,
-        tenant,
-        kind="fee.reminder",
-        audience={"kind": "users", "userIds": who or ["asha", "bina", "chet"]},
-        channels=["whatsapp"],
-        variables={**FEE, **variables},
-    )
-    await run_to_completion(engine, tenant)
+@pytest.fixture
+async def guardians(client: AsyncClient, auth: Headers) -> None:
+    """Asha and Bina (two phones, two languages) and Chet (no phone) in the test's tenant."""
+    await _guardians(client, auth)
 
 
-async def _deliver(
-    engine: AsyncEngine,
-    settings: Settings,
-    graph: WhatsAppTestServer,
-    vault: Vault,  # noqa: F811
-    tenant: str,
-) -> int:
-    wa = _wa_settings(settings, graph)
-    provider = WhatsAppProvider(wa)
-    try:
-        count: int = await deliver(engine, provider, vault, wa, tenant)()
-        return count
-    finally:
-        await provider.aclose()
+@dataclass
+class FeeReminders:
+    """Fee reminders of the test's tenant (or another's), fanned out, and delivered through a
+    WhatsApp provider (a new one each batch, as a worker's) speaking to the local Graph API."""
+
+    engine: AsyncEngine
+    settings: Settings
+    graph: WhatsAppTestServer
+    vault: Vault
+    tenant: str
+
+    async def send(self, who: list[str] | None = None, tenant: str = "", **variables: str) -> None:
+        tenant = tenant or self.tenant
+        await send_event(
+            self.engine,
+            tenant,
+            kind="fee.reminder",
+            audience={"kind": "users", "userIds": who or ["asha", "bina", "chet"]},
+            channels=["whatsapp"],
+            variables={**FEE, **variables},
+        )
+        await run_to_completion(self.engine, tenant)
+
+    async def deliver(self, tenant: str = "") -> int:
+        """One batch; how many deliveries it took."""
+        wa = _wa_settings(self.settings, self.graph)
+        provider = WhatsAppProvider(wa)
+        try:
+            count: int = await deliver(
+                self.engine, provider, self.vault, wa, tenant or self.tenant
+            )()
+            return count
+        finally:
+            await provider.aclose()
+
+
+@pytest.fixture
+def fees(
+    engine: AsyncEngine, settings: Settings, graph: WhatsAppTestServer, vault: Vault, tenant: str
+) -> FeeReminders:
+    return FeeReminders(engine, settings, graph, vault, tenant)
 
 
 async def _post_receipt(client: AsyncClient, body: bytes, signature: str | None) -> Any:
@@ -135,22 +150,20 @@ def _sent(rows: list[dict[str, Any]], hint_tail: str) -> dict[str, Any]:
 # -- sending ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_a_template_message_arrives_with_its_parameters_and_a_signed_receipt_delivers_it(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
     """The black-box check: the fee reminder reaches the Graph API as the approved template in
     each person's language with amount, student and date in the template's order, to the number
     normalised to E.164; a person without a phone is skipped. A receipt signed with the app
     secret marks it delivered; a later `read` changes nothing more."""
-    await _guardians(client, auth)
-    await _send_fee(engine, tenant)
-    assert await _deliver(engine, settings, graph, vault, tenant) == 3
+    await fees.send()
+    assert await fees.deliver() == 3
 
     bodies = sorted(graph.sent(), key=lambda b: b["to"])
     assert [b["to"] for b in bodies] == ["9779812000111", "9779812345678"]
@@ -196,23 +209,20 @@ async def test_a_template_message_arrives_with_its_parameters_and_a_signed_recei
     assert _sent(rows, "0111")["status"] == "sent"
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_one_callback_moves_deliveries_of_several_tenants(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
-    graph: WhatsAppTestServer,
+    fees: FeeReminders,
 ) -> None:
     """One business number serves every tenant, and Meta batches statuses: each status finds its
     own delivery's tenant, whichever tenant the one before it was."""
     other = f"t-{uuid.uuid4().hex[:12]}"
-    await _guardians(client, auth)
     await _guardians(client, await api_key(engine, other, ["directory:write"]))
     for each in (tenant, other):
-        await _send_fee(engine, each, ["asha"])
-        await _deliver(engine, settings, graph, vault, each)
+        await fees.send(["asha"], tenant=each)
+        await fees.deliver(each)
     [mine] = await delivery_rows(engine, tenant)
     [theirs] = await delivery_rows(engine, other)
     body = whatsapp_status_webhook(
@@ -237,19 +247,16 @@ async def test_one_callback_moves_deliveries_of_several_tenants(
         whatsapp_signature(b"x", "another-app-secret"),
     ],
 )
+@pytest.mark.usefixtures("guardians")
 async def test_a_bad_signature_is_refused_and_changes_nothing(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
-    graph: WhatsAppTestServer,
+    fees: FeeReminders,
     signature: str | None,
 ) -> None:
-    await _guardians(client, auth)
-    await _send_fee(engine, tenant, ["asha"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha"])
+    await fees.deliver()
     [row] = await delivery_rows(engine, tenant)
     body = whatsapp_status_webhook(row["provider_message_id"], "delivered")
     answer = await _post_receipt(client, body, signature)
@@ -312,18 +319,16 @@ async def _undeliverable_marks(engine: AsyncEngine, tenant: str) -> list[tuple[s
         return [(r.channel, r.reason) for r in rows]
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_a_failed_receipt_bounces_and_131026_marks_the_number_for_whatsapp_only(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
-    await _guardians(client, auth)
-    await _send_fee(engine, tenant, ["asha", "bina"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha", "bina"])
+    await fees.deliver()
     rows = await delivery_rows(engine, tenant)
     asha, bina = _sent(rows, "5678"), _sent(rows, "0111")
 
@@ -341,8 +346,8 @@ async def test_a_failed_receipt_bounces_and_131026_marks_the_number_for_whatsapp
     ]
 
     calls = len(graph.requests)
-    await _send_fee(engine, tenant, ["asha", "bina"], dueDate="2027-01-15")
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha", "bina"], dueDate="2027-01-15")
+    await fees.deliver()
     assert len(graph.requests) == calls + 1  # Bina only
     latest = (await delivery_rows(engine, tenant))[-2:]
     assert {(r["status"], r["last_error"]) for r in latest} == {
@@ -351,21 +356,18 @@ async def test_a_failed_receipt_bounces_and_131026_marks_the_number_for_whatsapp
     }
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_undeliverable_at_send_time_is_dead_and_marks_the_number(
-    client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
     """131026 in the send's answer: dead at once with the code (no retry), the number marked; the
     Graph API's message, which quotes the number, is in no recorded error or dead letter."""
-    await _guardians(client, auth)
     graph.reply_with(whatsapp_error(131026, message=f"Message to {ASHA_E164} undeliverable"))
-    await _send_fee(engine, tenant, ["asha"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha"])
+    await fees.deliver()
     [row] = await delivery_rows(engine, tenant)
     assert row["status"] == "dead"
     assert row["last_error"].startswith("WHATSAPP_UNREACHABLE")
@@ -373,21 +375,19 @@ async def test_undeliverable_at_send_time_is_dead_and_marks_the_number(
     assert [c for c, _ in await _undeliverable_marks(engine, tenant)] == ["whatsapp"]
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_retention_ages_the_whatsapp_mark_out_and_the_number_is_tried_again(
-    client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
     settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
     from herald.maintenance import retention
 
-    await _guardians(client, auth)
     graph.reply_with(whatsapp_error(131026))
-    await _send_fee(engine, tenant, ["asha"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha"])
+    await fees.deliver()
     assert [c for c, _ in await _undeliverable_marks(engine, tenant)] == ["whatsapp"]
     async with engine.begin() as conn:
         await conn.execute(
@@ -400,24 +400,21 @@ async def test_retention_ages_the_whatsapp_mark_out_and_the_number_is_tried_agai
     assert report.undeliverable_addresses >= 1
     assert await _undeliverable_marks(engine, tenant) == []
 
-    await _send_fee(engine, tenant, ["asha"], dueDate="2027-02-01")
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha"], dueDate="2027-02-01")
+    await fees.deliver()
     assert (await delivery_rows(engine, tenant))[-1]["status"] == "sent"
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_rate_limits_are_retried_and_re_engagement_is_permanent(
-    client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
-    await _guardians(client, auth)
     graph.reply_with(whatsapp_error(130429, retry_after=30), whatsapp_error(131047))
-    await _send_fee(engine, tenant, ["asha", "bina"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha", "bina"])
+    await fees.deliver()
     outcomes = sorted((r["status"], r["last_error"]) for r in await delivery_rows(engine, tenant))
     assert outcomes[0][0] == "dead"
     assert outcomes[0][1].startswith("WHATSAPP_REENGAGEMENT")
@@ -428,16 +425,13 @@ async def test_rate_limits_are_retried_and_re_engagement_is_permanent(
 # -- preferences, templates, the trace, erasure ------------------------------------------------------
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_a_person_who_switched_whatsapp_off_is_skipped(
-    client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
-    await _guardians(client, auth)
     async with engine.begin() as conn:
         asha = (
             await conn.execute(
@@ -451,8 +445,8 @@ async def test_a_person_who_switched_whatsapp_off_is_skipped(
                 tenant_id=tenant, person_id=asha, channel="whatsapp", enabled=False
             )
         )
-    await _send_fee(engine, tenant, ["asha", "bina"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha", "bina"])
+    await fees.deliver()
     statuses = sorted(r["status"] for r in await delivery_rows(engine, tenant))
     assert statuses == ["sent", "skipped_preference"]
     assert [b["to"] for b in graph.sent()] == ["9779812000111"]
@@ -462,8 +456,7 @@ async def test_an_override_keeps_the_approved_parameters_and_is_what_is_stored(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
     """A WhatsApp override is the approved template's text: one that drops or adds a parameter
@@ -516,8 +509,8 @@ async def test_an_override_keeps_the_approved_parameters_and_is_what_is_stored(
     assert published.status_code == 200, published.text
 
     await _guardians(client, admin)
-    await _send_fee(engine, tenant, ["asha"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["asha"])
+    await fees.deliver()
     [body] = graph.sent()
     texts = [p["text"] for p in body["template"]["components"][0]["parameters"]]
     assert texts == ["NPR 12,500", "Aarav Shrestha", "2026-12-15"]
@@ -526,18 +519,16 @@ async def test_an_override_keeps_the_approved_parameters_and_is_what_is_stored(
     assert row["template_version"] == 2
 
 
+@pytest.mark.usefixtures("guardians")
 async def test_the_trace_names_whatsapp_and_why_a_person_was_skipped(
     client: AsyncClient,
     engine: AsyncEngine,
     tenant: str,
-    auth: Headers,
     settings: Settings,
-    vault: Vault,  # noqa: F811
-    graph: WhatsAppTestServer,
+    fees: FeeReminders,
 ) -> None:
     from tests.integration.test_admin_history import HISTORY_READ, operator_headers
 
-    await _guardians(client, auth)
     event_id = await send_event(
         engine,
         tenant,
@@ -547,7 +538,7 @@ async def test_the_trace_names_whatsapp_and_why_a_person_was_skipped(
         variables=FEE,
     )
     await run_to_completion(engine, tenant)
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.deliver()
     headers = await operator_headers(engine, settings, tenant, [HISTORY_READ])
     traces = {}
     for who in ("asha", "chet"):
@@ -566,8 +557,7 @@ async def test_erasure_leaves_the_number_in_no_table(
     engine: AsyncEngine,
     tenant: str,
     auth: Headers,
-    settings: Settings,
-    vault: Vault,  # noqa: F811
+    fees: FeeReminders,
     graph: WhatsAppTestServer,
 ) -> None:
     """R-ERASE-1 for WhatsApp: once sent and marked undeliverable, erasing the person leaves the
@@ -583,8 +573,8 @@ async def test_erasure_leaves_the_number_in_no_table(
     )
     assert answer.status_code == 201, answer.text
     graph.reply_with(whatsapp_error(131026))
-    await _send_fee(engine, tenant, ["dina"])
-    await _deliver(engine, settings, graph, vault, tenant)
+    await fees.send(["dina"])
+    await fees.deliver()
     national = f"984{digits[1:]}"
     assert await tables_containing(engine, phone) == ["person.phone"]
     answer = await client.post("/v1/people/dina/erase", headers=auth)

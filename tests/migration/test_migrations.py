@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from psycopg.rows import TupleRow
 from sqlalchemy import create_engine, pool
 
 from herald import vocabulary
@@ -45,6 +47,51 @@ ORDER BY 1, 2
 def catalog(url: str) -> list[tuple[str, str, str]]:
     with psycopg.connect(libpq_url(url)) as conn:
         return [tuple(row) for row in conn.execute(CATALOG).fetchall()]  # type: ignore[misc]
+
+
+Conn = psycopg.Connection[TupleRow]
+Fetched = tuple[Any, ...] | None  # a row as fetchone() gives it
+T = TypeVar("T")
+
+
+def round_trip(
+    database: str,
+    before: str,
+    after: str,
+    *,
+    populate: Callable[[Conn], T],
+    check: Callable[[Conn, T], None],
+    after_down: Callable[[Conn, T], None] | None = None,
+    legacy_rows: bool = False,
+) -> None:
+    """The shape of a migration's test on a populated database: at revision `before`,
+    `populate` writes the rows the migration must carry (and returns what the checks compare
+    with); `after` is applied and `check` looks; then down to `before` again, whose catalog
+    must come back exactly, and `after_down` looks at the rows that are left. With
+    `legacy_rows` the database first stops at 0020 for POPULATE_0020's rows of several months,
+    which 0021 makes the legacy partitions. Each step has its own connection, committed when it
+    returns."""
+    url = libpq_url(database)
+    if legacy_rows:
+        migrate.upgrade(database, "0020")
+        with psycopg.connect(url) as conn:
+            conn.execute(POPULATE_0020)
+    migrate.upgrade(database, before)
+    with psycopg.connect(url) as conn:
+        kept = populate(conn)
+    before_catalog = catalog(database)
+    migrate.upgrade(database, after)
+    with psycopg.connect(url) as conn:
+        check(conn, kept)
+    migrate.downgrade(database, before)
+    assert catalog(database) == before_catalog
+    if after_down is not None:
+        with psycopg.connect(url) as conn:
+            after_down(conn, kept)
+
+
+def no_rows(conn: Conn) -> None:
+    """Nothing to populate: the migration adds a table no row of the revision before can use."""
 
 
 @pytest.fixture
@@ -214,28 +261,25 @@ def test_schema_shapes_the_requirements_name(database_url: str) -> None:
 def test_console_sessions_migration_round_trip(empty_database: str) -> None:
     """0015 adds console_session under forced row-level security with both policies, and its
     down removes the table, policies and all, leaving 0014's schema exactly."""
-    migrate.upgrade(empty_database, "0014")
-    before = catalog(empty_database)
-    migrate.upgrade(empty_database, "0015")
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+
+    def check(conn: Conn, _: None) -> None:
         row = conn.execute(
             "SELECT c.relrowsecurity, c.relforcerowsecurity, "
             "       array_agg(p.polname ORDER BY p.polname) "
             "  FROM pg_class c JOIN pg_policy p ON p.polrelid = c.oid "
             " WHERE c.relname = 'console_session' GROUP BY 1, 2"
         ).fetchone()
-    assert row is not None and row[0] and row[1]
-    assert row[2] == ["herald_owner_all_tenants", "herald_tenant_isolation"]
-    migrate.downgrade(empty_database, "0014")
-    assert catalog(empty_database) == before
+        assert row is not None and row[0] and row[1]
+        assert row[2] == ["herald_owner_all_tenants", "herald_tenant_isolation"]
+
+    round_trip(empty_database, "0014", "0015", populate=no_rows, check=check)
 
 
 def test_unread_index_migration_on_a_populated_inbox(empty_database: str) -> None:
     """0019 rebuilds notification_recipient_unread_idx in the page's order on a database that
     holds recipients (CONCURRENTLY, then a swap of names), and its down restores 0018's exactly."""
-    migrate.upgrade(empty_database, "0018")
-    before = catalog(empty_database)
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+
+    def populate(conn: Conn) -> None:
         conn.execute(
             """
             WITH p AS (
@@ -254,24 +298,26 @@ def test_unread_index_migration_on_a_populated_inbox(empty_database: str) -> Non
             SELECT 't', e.id, p.id, p.public_id, e.occurred_at FROM e, p
             """
         )
-    migrate.upgrade(empty_database, "0019")
 
-    def definition() -> str:
-        with psycopg.connect(libpq_url(empty_database)) as conn:
-            row = conn.execute(
-                "SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
-                "JOIN pg_class c ON c.oid = i.indexrelid "
-                "WHERE c.relname = 'notification_recipient_unread_idx'"
-            ).fetchone()
+    def definition(conn: Conn) -> str:
+        row = conn.execute(
+            "SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'notification_recipient_unread_idx'"
+        ).fetchone()
         assert row is not None and row[1], row  # present and valid
         return str(row[0])
 
-    assert "(user_id, occurred_at DESC, id DESC) WHERE (read_at IS NULL)" in definition()
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+    def check(conn: Conn, _: None) -> None:
+        assert "(user_id, occurred_at DESC, id DESC) WHERE (read_at IS NULL)" in definition(conn)
         assert conn.execute("SELECT count(*) FROM notification_recipient").fetchone() == (50,)
-    migrate.downgrade(empty_database, "0018")
-    assert "(user_id) WHERE (read_at IS NULL)" in definition()
-    assert catalog(empty_database) == before
+
+    def after_down(conn: Conn, _: None) -> None:
+        assert "(user_id) WHERE (read_at IS NULL)" in definition(conn)
+
+    round_trip(
+        empty_database, "0018", "0019", populate=populate, check=check, after_down=after_down
+    )
 
 
 POPULATE_0020 = """
@@ -313,15 +359,14 @@ def test_partitions_migration_on_a_populated_database(empty_database: str) -> No
     partitions (rows, ids and keys as they were, occurred_at copied down), new rows land in this
     month's partitions with ids after the old ones and per-month keys, every partition is under
     row-level security; the down migration gives 0020's schema back with every row."""
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+
+    def populate(conn: Conn) -> Fetched:
         conn.execute(POPULATE_0020)
-        before_rows = conn.execute(ROWS).fetchone()
-    before = catalog(empty_database)
-    migrate.upgrade(empty_database, "0021")
-    # The newest row is of this month, which the legacy partition keeps: months start after it.
-    month = partitions.Month.of(datetime.now(UTC)).next()
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+        return conn.execute(ROWS).fetchone()
+
+    def check(conn: Conn, before_rows: Fetched) -> None:
+        # The newest row is of this month, which the legacy partition keeps: months start after it.
+        month = partitions.Month.of(datetime.now(UTC)).next()
         assert conn.execute(ROWS).fetchone() == before_rows
         where = conn.execute(
             "SELECT tableoid::regclass::text, count(*) FROM notification_delivery GROUP BY 1"
@@ -391,10 +436,13 @@ def test_partitions_migration_on_a_populated_database(empty_database: str) -> No
                 (month.start,),
             )
         conn.rollback()
-    migrate.downgrade(empty_database, "0020")
-    assert catalog(empty_database) == before
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+
+    def after_down(conn: Conn, before_rows: Fetched) -> None:
         assert conn.execute(ROWS).fetchone() == before_rows
+
+    round_trip(
+        empty_database, "0020", "0021", populate=populate, check=check, after_down=after_down
+    )
 
 
 POPULATE_0022 = """
@@ -422,21 +470,20 @@ UNION ALL SELECT 'delivery', public_id FROM d
 """
 
 
-def _ids_by_table(url: str, person: str) -> dict[str, list[uuid.UUID]]:
-    with psycopg.connect(libpq_url(url)) as conn:
-        rows = conn.execute(POPULATE_0022, {"person": person}).fetchall()
-        for table in ("dead_letter", "webhook_message"):
-            # Each table's default, evaluated as an INSERT would (the two need rows of their own
-            # to reference; the default alone is what changed).
-            default = conn.execute(
-                "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d "
-                "JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
-                "WHERE d.adrelid = %s::regclass AND a.attname = 'public_id'",
-                (table,),
-            ).fetchone()
-            assert default is not None
-            made = conn.execute(f"SELECT {default[0]} FROM generate_series(1, 20)").fetchall()
-            rows += [(table, value) for (value,) in made]
+def _ids_by_table(conn: Conn, person: str) -> dict[str, list[uuid.UUID]]:
+    rows = conn.execute(POPULATE_0022, {"person": person}).fetchall()
+    for table in ("dead_letter", "webhook_message"):
+        # Each table's default, evaluated as an INSERT would (the two need rows of their own
+        # to reference; the default alone is what changed).
+        default = conn.execute(
+            "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d "
+            "JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
+            "WHERE d.adrelid = %s::regclass AND a.attname = 'public_id'",
+            (table,),
+        ).fetchone()
+        assert default is not None
+        made = conn.execute(f"SELECT {default[0]} FROM generate_series(1, 20)").fetchall()
+        rows += [(table, value) for (value,) in made]
     ids: dict[str, list[uuid.UUID]] = {}
     for table, value in rows:
         ids.setdefault(table, []).append(value)
@@ -448,22 +495,22 @@ def test_time_ordered_public_ids_migration(empty_database: str) -> None:
     messages are version 7 — their first 48 bits this moment's Unix milliseconds, the RFC 9562
     variant kept, all distinct — on the partitions too; rows made before keep their version-4
     ids; a person's id stays random; down restores gen_random_uuid() and 0021's catalog."""
-    migrate.upgrade(empty_database, "0021")
-    before_catalog = catalog(empty_database)
-    before = _ids_by_table(empty_database, "ana")
-    assert {u.version for ids in before.values() for u in ids} == {4}
 
-    migrate.upgrade(empty_database, "0022")
-    started = int(datetime.now(UTC).timestamp() * 1000)
-    after = _ids_by_table(empty_database, "ben")
-    ended = int(datetime.now(UTC).timestamp() * 1000)
-    assert set(after) == {"event", "recipient", "delivery", "dead_letter", "webhook_message"}
-    for table, ids in after.items():
-        assert len(set(ids)) == len(ids) == 20, table
-        for made in ids:
-            assert made.version == 7 and made.variant == uuid.RFC_4122, (table, made)
-            assert started - 1 <= made.int >> 80 <= ended + 1, (table, made)
-    with psycopg.connect(libpq_url(empty_database)) as conn:
+    def populate(conn: Conn) -> dict[str, list[uuid.UUID]]:
+        before = _ids_by_table(conn, "ana")
+        assert {u.version for ids in before.values() for u in ids} == {4}
+        return before
+
+    def check(conn: Conn, before: dict[str, list[uuid.UUID]]) -> None:
+        started = int(datetime.now(UTC).timestamp() * 1000)
+        after = _ids_by_table(conn, "ben")
+        ended = int(datetime.now(UTC).timestamp() * 1000)
+        assert set(after) == {"event", "recipient", "delivery", "dead_letter", "webhook_message"}
+        for table, ids in after.items():
+            assert len(set(ids)) == len(ids) == 20, table
+            for made in ids:
+                assert made.version == 7 and made.variant == uuid.RFC_4122, (table, made)
+                assert started - 1 <= made.int >> 80 <= ended + 1, (table, made)
         kept = conn.execute(
             "SELECT count(*) FROM notification_delivery WHERE public_id = ANY(%s)",
             (before["delivery"],),
@@ -474,14 +521,17 @@ def test_time_ordered_public_ids_migration(empty_database: str) -> None:
             "JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'public_id' "
             "JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
         ).fetchall()
-    assert kept == (20,)
-    assert person is not None and person[0].version == 4
-    assert len(partition_defaults) == 1 and "clock_timestamp()" in partition_defaults[0][0]
+        assert kept == (20,)
+        assert person is not None and person[0].version == 4
+        assert len(partition_defaults) == 1 and "clock_timestamp()" in partition_defaults[0][0]
 
-    migrate.downgrade(empty_database, "0021")
-    assert catalog(empty_database) == before_catalog
-    again = _ids_by_table(empty_database, "cy")
-    assert {u.version for ids in again.values() for u in ids} == {4}
+    def after_down(conn: Conn, _: dict[str, list[uuid.UUID]]) -> None:
+        again = _ids_by_table(conn, "cy")
+        assert {u.version for ids in again.values() for u in ids} == {4}
+
+    round_trip(
+        empty_database, "0021", "0022", populate=populate, check=check, after_down=after_down
+    )
 
 
 ATTEMPT_KEYS = """
@@ -496,12 +546,8 @@ def test_attempt_key_migration_on_a_populated_database(empty_database: str) -> N
     its key to the recipient; a delete of deliveries with their attempts in one statement (the
     shape of retention's) still runs; down puts each key back, to the delivery partition of the
     same month, and 0022's catalog with it."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(url) as conn:
-        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
-    migrate.upgrade(empty_database, "0022")
-    with psycopg.connect(url) as conn:
+
+    def populate(conn: Conn) -> tuple[set[str], list[tuple[Any, ...]]]:
         conn.execute(POPULATE_0022, {"person": "ben"})
         conn.execute(
             "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
@@ -514,15 +560,15 @@ def test_attempt_key_migration_on_a_populated_database(empty_database: str) -> N
             "SELECT tableoid::regclass::text, count(*) FROM notification_delivery_attempt "
             "GROUP BY 1 ORDER BY 1"
         ).fetchall()
-    # One key a partition at 0022: the legacy one, the default and each month made ahead.
-    parts = {relation for relation, _ in keys}
-    assert {f"notification_delivery_attempt_{s}" for s in ("legacy", "default")} <= parts
-    assert len(keys) == len(parts) >= 2 + partitions.MONTHS_AHEAD + 1
-    assert sum(count for _, count in rows) == 12 + 20
-    before = catalog(empty_database)
+        # One key a partition at 0022: the legacy one, the default and each month made ahead.
+        parts = {relation for relation, _ in keys}
+        assert {f"notification_delivery_attempt_{s}" for s in ("legacy", "default")} <= parts
+        assert len(keys) == len(parts) >= 2 + partitions.MONTHS_AHEAD + 1
+        assert sum(count for _, count in rows) == 12 + 20
+        return parts, rows
 
-    migrate.upgrade(empty_database, "0023")
-    with psycopg.connect(url) as conn:
+    def check(conn: Conn, before: tuple[set[str], list[tuple[Any, ...]]]) -> None:
+        parts, rows = before
         assert conn.execute(ATTEMPT_KEYS).fetchall() == []
         assert (
             conn.execute(
@@ -546,17 +592,26 @@ def test_attempt_key_migration_on_a_populated_database(empty_database: str) -> N
         ).fetchone()
         assert deleted == (5, 5)
         conn.rollback()
-    assert partitions.MONTH_KEYS == {
-        "notification_delivery": ("recipient_id", "notification_recipient")
-    }
+        assert partitions.MONTH_KEYS == {
+            "notification_delivery": ("recipient_id", "notification_recipient")
+        }
 
-    migrate.downgrade(empty_database, "0022")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.ForeignKeyViolation):
-        conn.execute(
-            "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
-            "attempt_number, occurred_at) SELECT 't', -1, 'sent', 1, now()"
-        )
+    def after_down(conn: Conn, _: tuple[set[str], list[tuple[Any, ...]]]) -> None:
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute(
+                "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, outcome, "
+                "attempt_number, occurred_at) SELECT 't', -1, 'sent', 1, now()"
+            )
+
+    round_trip(
+        empty_database,
+        "0022",
+        "0023",
+        legacy_rows=True,
+        populate=populate,
+        check=check,
+        after_down=after_down,
+    )
 
 
 PERSON_INDEXES = """
@@ -570,29 +625,23 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
     delivery gets its recipient's person (a recipient orphaned by erasure leaves it NULL), and
     notification_delivery_person_idx is valid on the parent and built on every partition under
     the parent's name; down drops both and gives back 0024's catalog."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(url) as conn:
-        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
-    migrate.upgrade(empty_database, "0024")
-    with psycopg.connect(url) as conn:
+
+    def populate(conn: Conn) -> set[str]:
         conn.execute(POPULATE_0022, {"person": "ben"})
         conn.execute(POPULATE_0022, {"person": "erased"})
         conn.execute(
             "UPDATE notification_recipient SET user_id = NULL WHERE user_id = "
             "(SELECT id FROM person WHERE external_id = 'erased')"
         )
-        parts = {
+        return {
             row[0]
             for row in conn.execute(
                 "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                 "WHERE i.inhparent = 'notification_delivery'::regclass"
             )
         }
-    before = catalog(empty_database)
 
-    migrate.upgrade(empty_database, "0025")
-    with psycopg.connect(url) as conn:
+    def check(conn: Conn, parts: set[str]) -> None:
         copied = conn.execute(
             "SELECT d.user_id IS NOT DISTINCT FROM r.user_id, r.user_id IS NULL, count(*) "
             "FROM notification_delivery d JOIN notification_recipient r "
@@ -608,29 +657,35 @@ def test_person_history_migration_on_a_populated_database(empty_database: str) -
                 for part in parts
             ]
         )
-    migrate.downgrade(empty_database, "0024")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn:
+
+    def after_down(conn: Conn, _: set[str]) -> None:
         assert conn.execute(PERSON_INDEXES).fetchall() == []
+
+    round_trip(
+        empty_database,
+        "0024",
+        "0025",
+        legacy_rows=True,
+        populate=populate,
+        check=check,
+        after_down=after_down,
+    )
 
 
 def test_attempt_provider_migration_keeps_the_attempts(empty_database: str) -> None:
     """0028 on a database holding attempts: they keep every value and read NULL for provider and
     passed_over (written before failover existed); each attempt partition has both columns; down
     gives back 0027's catalog with the attempts still there."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0027")
-    with psycopg.connect(url) as conn:
+
+    def populate(conn: Conn) -> None:
         conn.execute(POPULATE_0022, {"person": "ada"})
         conn.execute(
             "INSERT INTO notification_delivery_attempt (tenant_id, delivery_id, occurred_at, "
             "outcome, attempt_number, error_code) SELECT tenant_id, id, occurred_at, 'failed', 1, "
             "'EMAIL_TRANSPORT' FROM notification_delivery"
         )
-    before = catalog(empty_database)
 
-    migrate.upgrade(empty_database, "0028")
-    with psycopg.connect(url) as conn:
+    def check(conn: Conn, _: None) -> None:
         kept = conn.execute(
             "SELECT error_code, provider, passed_over, count(*) FROM notification_delivery_attempt "
             "GROUP BY 1, 2, 3"
@@ -644,11 +699,14 @@ def test_attempt_provider_migration_keeps_the_attempts(empty_database: str) -> N
             "WHERE i.inhparent = 'notification_delivery_attempt'::regclass"
         ).fetchone()
         assert partitioned is not None and partitioned[0] == partitioned[1] == partitioned[2] > 0
-    migrate.downgrade(empty_database, "0027")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn:
+
+    def after_down(conn: Conn, _: None) -> None:
         count = conn.execute("SELECT count(*) FROM notification_delivery_attempt").fetchone()
         assert count == (20,)
+
+    round_trip(
+        empty_database, "0027", "0028", populate=populate, check=check, after_down=after_down
+    )
 
 
 def test_webpush_devices_migration_on_a_populated_database(empty_database: str) -> None:
@@ -656,25 +714,22 @@ def test_webpush_devices_migration_on_a_populated_database(empty_database: str) 
     checks validate over them; a webpush device needs both keys and no other platform may carry
     them; down deletes the webpush devices (no earlier release could send them) and gives back
     the earlier catalog."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0028")
     insert_token = (
         "INSERT INTO notification_push_token (tenant_id, person_id, token, platform) "
         "VALUES ('t1', (SELECT id FROM person WHERE external_id = 'ana'), %s, %s)"
     )
-    with psycopg.connect(url) as conn:
-        conn.execute("INSERT INTO person (tenant_id, external_id) VALUES ('t1', 'ana')")
-        conn.execute(insert_token, ("phone-token", "android"))
-        conn.execute(insert_token, ("fcm-web-token", "web"))
-    before = catalog(empty_database)
-
-    migrate.upgrade(empty_database, "0029")
     keyed = (
         "INSERT INTO notification_push_token "
         "(tenant_id, person_id, token, platform, webpush_p256dh, webpush_auth) "
         "VALUES ('t1', (SELECT id FROM person WHERE external_id = 'ana'), %s, %s, %s, %s)"
     )
-    with psycopg.connect(url) as conn:
+
+    def populate(conn: Conn) -> None:
+        conn.execute("INSERT INTO person (tenant_id, external_id) VALUES ('t1', 'ana')")
+        conn.execute(insert_token, ("phone-token", "android"))
+        conn.execute(insert_token, ("fcm-web-token", "web"))
+
+    def check(conn: Conn, _: None) -> None:
         assert conn.execute(
             "SELECT token, platform, webpush_p256dh, webpush_auth FROM notification_push_token "
             "ORDER BY id"
@@ -690,13 +745,16 @@ def test_webpush_devices_migration_on_a_populated_database(empty_database: str) 
         ]:
             with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
                 conn.execute(keyed, row)
-    migrate.downgrade(empty_database, "0028")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn:
+
+    def after_down(conn: Conn, _: None) -> None:
         assert conn.execute("SELECT token FROM notification_push_token ORDER BY id").fetchall() == [
             ("phone-token",),
             ("fcm-web-token",),
         ]
+
+    round_trip(
+        empty_database, "0028", "0029", populate=populate, check=check, after_down=after_down
+    )
 
 
 POPULATE_0030 = """
@@ -744,35 +802,37 @@ def test_staff_channels_migration_on_a_populated_database(empty_database: str) -
     columns arrive with their flags on, and the rows already there are untouched; down removes
     what only the new channels held (an event keeps its other channels, or the inbox) and gives
     back 0029's catalog."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(url) as conn:
-        conn.execute(POPULATE_0020)
-    migrate.upgrade(empty_database, "0029")
-    before = catalog(empty_database)
-    with psycopg.connect(url) as conn:
-        kept = conn.execute(ROWS).fetchone()
 
-    migrate.upgrade(empty_database, "0030")
-    with psycopg.connect(url) as conn:
+    def kept_rows(conn: Conn) -> Fetched:
+        return conn.execute(ROWS).fetchone()
+
+    def check(conn: Conn, kept: Fetched) -> None:
         assert conn.execute(ROWS).fetchone() == kept
         conn.execute(POPULATE_0030)
         assert conn.execute(
             "SELECT slack_id, slack_can_write, teams_can_write FROM person"
         ).fetchall() == [("U0123456789", True, True)]
         assert conn.execute(STAFF_ROWS).fetchone() == (4, 2, ["email,slack", "teams"], 12 + 4)
-    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
-        conn.execute(
-            "INSERT INTO notification_channel_preference (tenant_id, person_id, channel, "
-            "enabled) SELECT 't', id, 'fax', true FROM person"
-        )
+        with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+            conn.execute(
+                "INSERT INTO notification_channel_preference (tenant_id, person_id, channel, "
+                "enabled) SELECT 't', id, 'fax', true FROM person"
+            )
 
-    migrate.downgrade(empty_database, "0029")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn:
+    def after_down(conn: Conn, kept: Fetched) -> None:
         assert conn.execute(STAFF_ROWS).fetchone() == (0, 0, ["email", "in_app"], 12)
         # The old deliveries and attempts as they were (the staff events keep their recipients).
         assert conn.execute(ROWS).fetchone()[1:] == kept[1:]
+
+    round_trip(
+        empty_database,
+        "0029",
+        "0030",
+        legacy_rows=True,
+        populate=kept_rows,
+        check=check,
+        after_down=after_down,
+    )
 
 
 POPULATE_0031 = """
@@ -822,20 +882,15 @@ def test_whatsapp_migration_on_a_populated_database(empty_database: str) -> None
     delivery, its attempt, a preference and an undeliverable mark on it go in), the rows already
     there are untouched; down removes what only WhatsApp held (an event keeps its other
     channels, or the inbox) and gives back the catalog before it."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(url) as conn:
-        conn.execute(POPULATE_0020)
-    migrate.upgrade(empty_database, "0030")
-    before = catalog(empty_database)
-    with psycopg.connect(url) as conn:
+
+    def populate(conn: Conn) -> Fetched:
         kept = conn.execute(ROWS).fetchone()
         # Before 0031 the checks refuse the channel.
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(POPULATE_0031)
+        return kept
 
-    migrate.upgrade(empty_database, "0031")
-    with psycopg.connect(url) as conn:
+    def check(conn: Conn, kept: Fetched) -> None:
         assert conn.execute(ROWS).fetchone() == kept
         conn.execute(POPULATE_0031)
         assert conn.execute(WHATSAPP_ROWS).fetchone() == (
@@ -845,17 +900,25 @@ def test_whatsapp_migration_on_a_populated_database(empty_database: str) -> None
             ["email,whatsapp", "whatsapp"],
             12 + 2,
         )
-    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
-        conn.execute(
-            "INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason) "
-            "VALUES ('t', 'slack', repeat('b', 64), 'x')"
-        )
+        with pytest.raises(psycopg.errors.CheckViolation), conn.transaction():
+            conn.execute(
+                "INSERT INTO undeliverable_address (tenant_id, channel, address_hash, reason) "
+                "VALUES ('t', 'slack', repeat('b', 64), 'x')"
+            )
 
-    migrate.downgrade(empty_database, "0030")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn:
+    def after_down(conn: Conn, kept: Fetched) -> None:
         assert conn.execute(WHATSAPP_ROWS).fetchone() == (0, 0, 0, ["email", "in_app"], 12)
         assert conn.execute(ROWS).fetchone()[1:] == kept[1:]
+
+    round_trip(
+        empty_database,
+        "0030",
+        "0031",
+        legacy_rows=True,
+        populate=populate,
+        check=check,
+        after_down=after_down,
+    )
 
 
 QUEUE_STATE = """
@@ -884,12 +947,17 @@ def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
     when it was; a processing one becomes queued with its claim and lease on its queue row (so
     it still reads `processing`); failed, sent and dead ones get none. Down puts the claims back
     on the deliveries and gives back 0025's catalog."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(url) as conn:
-        conn.execute(POPULATE_0020)  # 0021 makes these the legacy partitions
-    migrate.upgrade(empty_database, "0025")
-    with psycopg.connect(url) as conn:
+
+    def states(conn: Conn) -> dict[int, tuple[Any, ...]]:
+        return {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
+                "FROM notification_delivery"
+            )
+        }
+
+    def populate(conn: Conn) -> dict[int, tuple[Any, ...]]:
         conn.execute(POPULATE_0022, {"person": "ben"})
         conn.execute(POPULATE_PUSH)
         conn.execute(
@@ -904,65 +972,56 @@ def test_queue_migration_on_a_populated_database(empty_database: str) -> None:
             "UPDATE notification_delivery SET status = 'sent', sent_at = now(), attempts = 1 "
             "WHERE id % 7 = 3 AND channel = 'email'"
         )
-        before = {
-            row[0]: row[1:]
-            for row in conn.execute(
-                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
-                "FROM notification_delivery"
-            )
-        }
-    statuses = {state[0] for state in before.values()}
-    assert {"queued", "processing", "failed", "sent"} <= statuses
-    assert sum(state[0] == "queued" for state in before.values()) > 5_000
-    catalog_before = catalog(empty_database)
+        before = states(conn)
+        statuses = {state[0] for state in before.values()}
+        assert {"queued", "processing", "failed", "sent"} <= statuses
+        assert sum(state[0] == "queued" for state in before.values()) > 5_000
+        return before
 
-    migrate.upgrade(empty_database, "0027")
-    with psycopg.connect(url) as conn:
+    def check(conn: Conn, before: dict[int, tuple[Any, ...]]) -> None:
         after = {row[0]: row[1:] for row in conn.execute(QUEUE_STATE)}
-    assert after.keys() == before.keys()
-    for delivery_id, (status, claimed_at, lease, _) in before.items():
-        now_status, queued, q_claimed, q_lease, same_due, same_row = after[delivery_id]
-        if status == "queued":
-            assert (now_status, queued, q_claimed, same_due, same_row) == (
-                "queued",
-                True,
-                None,
-                True,
-                True,
-            ), delivery_id
-        elif status == "processing":
-            assert (now_status, queued, q_claimed, q_lease, same_row) == (
-                "queued",
-                True,
-                claimed_at,
-                lease,
-                True,
-            ), delivery_id
-        else:
-            assert (now_status, queued) == (status, False), delivery_id
+        assert after.keys() == before.keys()
+        for delivery_id, (status, claimed_at, lease, _) in before.items():
+            now_status, queued, q_claimed, q_lease, same_due, same_row = after[delivery_id]
+            if status == "queued":
+                assert (now_status, queued, q_claimed, same_due, same_row) == (
+                    "queued",
+                    True,
+                    None,
+                    True,
+                    True,
+                ), delivery_id
+            elif status == "processing":
+                assert (now_status, queued, q_claimed, q_lease, same_row) == (
+                    "queued",
+                    True,
+                    claimed_at,
+                    lease,
+                    True,
+                ), delivery_id
+            else:
+                assert (now_status, queued) == (status, False), delivery_id
 
-    migrate.downgrade(empty_database, "0025")
-    assert catalog(empty_database) == catalog_before
-    with psycopg.connect(url) as conn:
-        restored = {
-            row[0]: row[1:]
-            for row in conn.execute(
-                "SELECT id, status, claimed_at, lease_expires_at, next_attempt_at "
-                "FROM notification_delivery"
-            )
-        }
-    assert restored == before
+    def after_down(conn: Conn, before: dict[int, tuple[Any, ...]]) -> None:
+        assert states(conn) == before
+
+    round_trip(
+        empty_database,
+        "0025",
+        "0027",
+        legacy_rows=True,
+        populate=populate,
+        check=check,
+        after_down=after_down,
+    )
 
 
 def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
     """0032 adds notification_provider_account under forced row-level security: one account per
     (tenant, provider), a provider outside the list refused, another tenant's row invisible to
     herald_app; down drops it and gives back the catalog before it."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0031")
-    before = catalog(empty_database)
-    migrate.upgrade(empty_database, "0032")
-    with psycopg.connect(url) as conn:
+
+    def check(conn: Conn, _: None) -> None:
         conn.execute(
             "INSERT INTO notification_provider_account (tenant_id, provider, settings, "
             "secret_ciphertext, updated_by) VALUES ('a', 'smtp', '{\"host\": \"m.example\"}', "
@@ -971,20 +1030,19 @@ def test_provider_accounts_migration_round_trip(empty_database: str) -> None:
         assert conn.execute(
             "SELECT tenant_id, version FROM notification_provider_account ORDER BY 1"
         ).fetchall() == [("a", 1), ("b", 1)]
-    for bad in ("('a', 'smtp', 'test')", "('a', 'fax', 'test')"):
-        with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.IntegrityError):
-            conn.execute(
-                "INSERT INTO notification_provider_account (tenant_id, provider, updated_by) "
-                f"VALUES {bad}"
-            )
-    with psycopg.connect(url) as conn:
+        for bad in ("('a', 'smtp', 'test')", "('a', 'fax', 'test')"):
+            with pytest.raises(psycopg.errors.IntegrityError), conn.transaction():
+                conn.execute(
+                    "INSERT INTO notification_provider_account (tenant_id, provider, updated_by) "
+                    f"VALUES {bad}"
+                )
         conn.execute("SET ROLE herald_app")
         conn.execute("SELECT set_config('herald.tenant_id', 'a', false)")
         assert conn.execute("SELECT tenant_id FROM notification_provider_account").fetchall() == [
             ("a",)
         ]
-    migrate.downgrade(empty_database, "0031")
-    assert catalog(empty_database) == before
+
+    round_trip(empty_database, "0031", "0032", populate=no_rows, check=check)
     migrate.upgrade(empty_database)
 
 
@@ -993,27 +1051,21 @@ def test_local_time_and_quiet_hours_migration(empty_database: str) -> None:
     columns; an event takes a local time (and date) but not with scheduledFor, a set takes
     quiet hours as a pair with start and end apart; down gives back the catalog before it with the
     rows still there."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0020")
-    with psycopg.connect(url) as conn:
-        conn.execute(POPULATE_0020)
-    migrate.upgrade(empty_database, "0032")
-    with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO notification_preference_set (tenant_id, person_id, version) "
-            "SELECT tenant_id, id, 1 FROM person ORDER BY id LIMIT 1"
-        )
-        kept = conn.execute(ROWS).fetchone()
-    before = catalog(empty_database)
-
-    migrate.upgrade(empty_database, "0033")
     event = (
         "INSERT INTO notification_event (tenant_id, kind, category, priority, audience, "
         "channels, dedupe_key, deliver_local_time, deliver_local_date, scheduled_for) "
         "VALUES ('t', 'k', 'announcement', 'normal', '{\"kind\": \"all_users\"}', "
         "ARRAY['sms'], md5(%s) || md5('x'), %s, %s, %s)"
     )
-    with psycopg.connect(url) as conn:
+
+    def populate(conn: Conn) -> Fetched:
+        conn.execute(
+            "INSERT INTO notification_preference_set (tenant_id, person_id, version) "
+            "SELECT tenant_id, id, 1 FROM person ORDER BY id LIMIT 1"
+        )
+        return conn.execute(ROWS).fetchone()
+
+    def check(conn: Conn, kept: Fetched) -> None:
         assert conn.execute(ROWS).fetchone() == kept
         assert conn.execute(
             "SELECT quiet_hours_start, quiet_hours_end, quiet_hours_timezone "
@@ -1036,25 +1088,31 @@ def test_local_time_and_quiet_hours_migration(empty_database: str) -> None:
                     (start, end),
                 )
         conn.execute("DELETE FROM notification_event WHERE deliver_local_time IS NOT NULL")
-    migrate.downgrade(empty_database, "0032")
-    assert catalog(empty_database) == before
-    with psycopg.connect(url) as conn:
+
+    def after_down(conn: Conn, kept: Fetched) -> None:
         assert conn.execute(ROWS).fetchone() == kept
+
+    round_trip(
+        empty_database,
+        "0032",
+        "0033",
+        legacy_rows=True,
+        populate=populate,
+        check=check,
+        after_down=after_down,
+    )
 
 
 def test_escalation_steps_migration_round_trip(empty_database: str) -> None:
     """0034 adds the escalation step table under RLS, with its partial due index and checks; a
     step row can be written and a bad one is refused; down drops it and gives back the catalog."""
-    url = libpq_url(empty_database)
-    migrate.upgrade(empty_database, "0033")
-    before = catalog(empty_database)
-    migrate.upgrade(empty_database, "0034")
     insert_step = (
         "INSERT INTO notification_escalation_step (tenant_id, event_id, recipient_id, occurred_at, "
         "category, suppressible, step_index, channel, due_at, state, decided_at) "
         "VALUES ('t1', 1, 1, now(), 'announcement', true, %s, %s, now(), %s, %s)"
     )
-    with psycopg.connect(url) as conn:
+
+    def check(conn: Conn, _: None) -> None:
         conn.execute(insert_step, (1, "email", "pending", None))
         for bad in [
             (2, "in_app", "pending", None),  # in-app is never a later step
@@ -1087,5 +1145,5 @@ def test_escalation_steps_migration_round_trip(empty_database: str) -> None:
             "INSERT INTO notification_escalation_override_version (tenant_id, kind, version, "
             "delays, actor) VALUES ('t1', 'announcement.urgent', 1, '{600,3600}', 'person:x')"
         )
-    migrate.downgrade(empty_database, "0033")
-    assert catalog(empty_database) == before
+
+    round_trip(empty_database, "0033", "0034", populate=no_rows, check=check)

@@ -1,12 +1,15 @@
 """What the Aakash and Twilio provider tests share: the number and one-time code they send, the
-message, and the check that no outcome or log line carries a secret."""
+message, their settings' shape, and the check that no outcome or log line carries a secret."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from herald.channels.base import Message, ProviderOutcome
 from herald.channels.sms import SMS_ERROR_CODES
+from herald.config import Settings
 
 TO = "+9779812345678"
 OTP = "493817"
@@ -15,6 +18,12 @@ OTP_BODY = f"Your Herald code is {OTP}. It expires in 10 minutes."
 
 def sms(body: str = OTP_BODY, to: str = TO) -> Message:
     return Message(channel="sms", to=to, body=body)
+
+
+def sms_settings(values: dict[str, Any], overrides: dict[str, Any]) -> Settings:
+    """One provider's `values` with a short read timeout (the local server's stalls must time
+    out within the test), then the test's `overrides`."""
+    return Settings(**{"provider_read_timeout_seconds": 0.5, **values, **overrides})
 
 
 def assert_no_trace(

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from herald.channels.fcm import (
     parse_retry_after,
 )
 from herald.config import Settings
+from tests.providers.outcomes import assert_failed
 from tests.providers.servers import (
     FcmReply,
     FcmTestServer,
@@ -138,25 +140,19 @@ async def impatient(account_file: Path, server: FcmTestServer) -> AsyncIterator[
     await instance.aclose()
 
 
-def _message(**overrides: Any) -> Message:
-    fields: dict[str, Any] = {
-        "channel": "push",
-        "to": DEVICE_TOKEN,
-        "title": "Sports day moved",
-        "body": "It is now on Friday.",
-        "action_url": "https://school.example/announcements/42",
-        "platform": "android",
-        "priority": "normal",
-    }
-    fields.update(overrides)
-    return Message(**fields)
+_message = partial(
+    Message,
+    channel="push",
+    to=DEVICE_TOKEN,
+    title="Sports day moved",
+    body="It is now on Friday.",
+    action_url="https://school.example/announcements/42",
+    platform="android",
+    priority="normal",
+)
 
 
-def _assert_failure(outcome: ProviderOutcome, code: str, *, retryable: bool) -> None:
-    assert outcome.outcome == "failed"
-    assert outcome.error_code == code
-    assert outcome.error_code in PUSH_ERROR_CODES
-    assert outcome.retryable is retryable
+_assert_failure = partial(assert_failed, codes=PUSH_ERROR_CODES)
 
 
 # -- configuration -------------------------------------------------------------------------------

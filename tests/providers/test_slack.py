@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from functools import partial
 
 import pytest
 
@@ -20,6 +20,7 @@ from herald.channels.slack import (
     mask_slack_id,
 )
 from herald.config import Settings
+from tests.providers.outcomes import assert_failed
 from tests.providers.servers import (
     ChatReply,
     ChatTestServer,
@@ -58,23 +59,17 @@ async def provider(server: ChatTestServer) -> AsyncIterator[SlackProvider]:
     await instance.aclose()
 
 
-def _message(**overrides: Any) -> Message:
-    fields: dict[str, Any] = {
-        "channel": "slack",
-        "to": SLACK_ID,
-        "title": TITLE,
-        "body": BODY,
-        "action_url": ACTION_URL,
-    }
-    fields.update(overrides)
-    return Message(**fields)
+_message = partial(
+    Message,
+    channel="slack",
+    to=SLACK_ID,
+    title=TITLE,
+    body=BODY,
+    action_url=ACTION_URL,
+)
 
 
-def _assert_failure(outcome: ProviderOutcome, code: str, *, retryable: bool) -> None:
-    assert outcome.outcome == "failed"
-    assert outcome.error_code == code
-    assert outcome.error_code in SLACK_ERROR_CODES
-    assert outcome.retryable is retryable
+_assert_failure = partial(assert_failed, codes=SLACK_ERROR_CODES)
 
 
 # -- configuration -------------------------------------------------------------------------------

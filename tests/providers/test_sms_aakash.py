@@ -24,19 +24,14 @@ from tests.providers.servers import (
     aakash_invalid_number,
     aakash_server,
 )
-from tests.providers.sms_common import OTP, OTP_BODY, assert_no_trace, sms
+from tests.providers.sms_common import OTP, OTP_BODY, assert_no_trace, sms, sms_settings
 
 NATIONAL = "9812345678"
 
 
 def aakash_settings(url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "aakash_auth_token": AAKASH_TOKEN,
-        "aakash_base_url": f"{url}/sms/v3",
-        "provider_read_timeout_seconds": 0.5,
-    }
-    values.update(overrides)
-    return Settings(**values)
+    values = {"aakash_auth_token": AAKASH_TOKEN, "aakash_base_url": f"{url}/sms/v3"}
+    return sms_settings(values, overrides)
 
 
 @pytest.fixture

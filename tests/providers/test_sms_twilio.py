@@ -23,19 +23,17 @@ from tests.providers.servers import (
     twilio_error,
     twilio_server,
 )
-from tests.providers.sms_common import OTP, OTP_BODY, TO, assert_no_trace, sms
+from tests.providers.sms_common import OTP, OTP_BODY, TO, assert_no_trace, sms, sms_settings
 
 
 def twilio_settings(url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
+    values = {
         "twilio_account_sid": TWILIO_SID,
         "twilio_auth_token": TWILIO_TOKEN,
         "twilio_from": TWILIO_FROM,
         "twilio_base_url": url,
-        "provider_read_timeout_seconds": 0.5,
     }
-    values.update(overrides)
-    return Settings(**values)
+    return sms_settings(values, overrides)
 
 
 @pytest.fixture

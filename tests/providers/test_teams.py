@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from herald.channels.teams import (
     webhook_host,
 )
 from herald.config import Settings
+from tests.providers.outcomes import assert_failed
 from tests.providers.servers import ChatReply, ChatTestServer, smtp_free_port, teams_server
 
 TITLE = "Staff meeting moved"
@@ -63,11 +65,7 @@ def _message(to: str, **overrides: Any) -> Message:
     return Message(**fields)
 
 
-def _assert_failure(outcome: ProviderOutcome, code: str, *, retryable: bool) -> None:
-    assert outcome.outcome == "failed"
-    assert outcome.error_code == code
-    assert outcome.error_code in TEAMS_ERROR_CODES
-    assert outcome.retryable is retryable
+_assert_failure = partial(assert_failed, codes=TEAMS_ERROR_CODES)
 
 
 # -- configuration -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from functools import partial
 from typing import Any
 
 import limits
@@ -24,6 +25,7 @@ from herald.channels.telegram import (
 )
 from herald.config import Settings
 from herald.ratelimit import RateLimits
+from tests.providers.outcomes import assert_failed
 from tests.providers.servers import (
     TelegramReply,
     TelegramTestServer,
@@ -119,22 +121,16 @@ async def provider(server: TelegramTestServer) -> AsyncIterator[TelegramProvider
     await instance.aclose()
 
 
-def _message(**overrides: Any) -> Message:
-    fields: dict[str, Any] = {
-        "channel": "telegram",
-        "to": CHAT_ID,
-        "body": BODY,
-        "action_url": ACTION_URL,
-    }
-    fields.update(overrides)
-    return Message(**fields)
+_message = partial(
+    Message,
+    channel="telegram",
+    to=CHAT_ID,
+    body=BODY,
+    action_url=ACTION_URL,
+)
 
 
-def _assert_failure(outcome: ProviderOutcome, code: str, *, retryable: bool) -> None:
-    assert outcome.outcome == "failed"
-    assert outcome.error_code == code
-    assert outcome.error_code in TELEGRAM_ERROR_CODES
-    assert outcome.retryable is retryable
+_assert_failure = partial(assert_failed, codes=TELEGRAM_ERROR_CODES)
 
 
 # -- configuration -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from herald.channels.base import Message, ProviderOutcome, TemplateCall
 from herald.channels.providers import build_providers
 from herald.channels.whatsapp import WHATSAPP_ERROR_CODES, WhatsAppProvider
 from herald.config import Settings
+from tests.providers.outcomes import assert_failed
 from tests.providers.servers import (
     WHATSAPP_PHONE_NUMBER_ID,
     WHATSAPP_TOKEN,
@@ -58,22 +60,16 @@ async def provider(server: WhatsAppTestServer) -> AsyncIterator[WhatsAppProvider
     await instance.aclose()
 
 
-def _message(**overrides: Any) -> Message:
-    fields: dict[str, Any] = {
-        "channel": "whatsapp",
-        "to": NUMBER,
-        "body": "A fee of NPR 12,500 for Aarav Shrestha is due on 2026-12-15.",
-        "template": TEMPLATE,
-    }
-    fields.update(overrides)
-    return Message(**fields)
+_message = partial(
+    Message,
+    channel="whatsapp",
+    to=NUMBER,
+    body="A fee of NPR 12,500 for Aarav Shrestha is due on 2026-12-15.",
+    template=TEMPLATE,
+)
 
 
-def _assert_failure(outcome: ProviderOutcome, code: str, *, retryable: bool) -> None:
-    assert outcome.outcome == "failed"
-    assert outcome.error_code == code
-    assert outcome.error_code in WHATSAPP_ERROR_CODES
-    assert outcome.retryable is retryable
+_assert_failure = partial(assert_failed, codes=WHATSAPP_ERROR_CODES)
 
 
 # -- configuration -------------------------------------------------------------------------------

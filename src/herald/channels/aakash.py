@@ -25,13 +25,14 @@ import phonenumbers
 
 from herald.channels import sms
 from herald.channels.base import (
-    NOT_TAKEN_STATUSES,
     Message,
     NotSent,
     ProviderOutcome,
     bounded_detail,
     http_client,
-    never_reached,
+    json_object,
+    log_send_failure,
+    transport_failure,
 )
 from herald.config import Settings
 from herald.errors import SmsBalanceUnavailable
@@ -65,14 +66,6 @@ def credit_url(base_url: str) -> str:
     """The credit endpoint for a send base URL: `…/sms/v3` → `…/sms/v1/credit`."""
     base = base_url.rstrip("/")
     return _VERSION_SUFFIX.sub("", base) + "/v1/credit"
-
-
-def _json_object(response: httpx.Response) -> dict[str, Any] | None:
-    try:
-        payload = response.json()
-    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are both ValueErrors
-        return None
-    return payload if isinstance(payload, dict) else None
 
 
 def _entries(data: object, key: str) -> list[dict[str, Any]]:
@@ -114,23 +107,11 @@ def _invalid_number() -> ProviderOutcome:
 def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
     """Sort one Aakash answer into sent / failed. Reads the body, never copies text out of it."""
     status = response.status_code
-    if status == 429:
-        return sms.sms_failure(
-            "SMS_TRANSPORT",
-            retryable=True,
-            detail=sms.http_detail(status),
-            retry_after_seconds=sms.parse_retry_after(response.headers.get("Retry-After")),
-            not_sent="provider",
-        )
-    if status >= 500 or status == 408:
-        return sms.sms_failure(
-            "SMS_TRANSPORT",
-            retryable=True,
-            detail=sms.http_detail(status),
-            not_sent="provider" if status in NOT_TAKEN_STATUSES else None,
-        )
+    unavailable = sms.throttled_or_unavailable(response, sms.http_detail(status))
+    if unavailable is not None:
+        return unavailable
 
-    payload = _json_object(response)
+    payload = json_object(response)
     if payload is None:
         if 200 <= status < 300:
             # Aakash's verdict is in the body, so a 200 without one is no receipt (a proxy page,
@@ -236,24 +217,8 @@ class AakashSmsProvider:
         form = {"auth_token": self._token, "to": national, "text": text}
         try:
             response = await self._client.post("send", data=form)
-        except httpx.TimeoutException as exc:
-            outcome = sms.sms_failure(
-                "SMS_TRANSPORT",
-                retryable=True,
-                detail="timeout",
-                not_sent="provider" if never_reached(exc) else None,
-            )
-            logger.warning("aakash send timed out to=%s error=%s", masked, type(exc).__name__)
-            return outcome
         except httpx.HTTPError as exc:
-            outcome = sms.sms_failure(
-                "SMS_TRANSPORT",
-                retryable=True,
-                detail=bounded_detail(type(exc).__name__),
-                not_sent="provider" if never_reached(exc) else None,
-            )
-            logger.warning("aakash transport error to=%s error=%s", masked, type(exc).__name__)
-            return outcome
+            return transport_failure("SMS_TRANSPORT", exc, log=logger, provider="aakash", to=masked)
         outcome = classify_send_answer(response)
         if outcome.outcome == "sent":
             logger.info(
@@ -263,14 +228,7 @@ class AakashSmsProvider:
                 sms.segments(text),
             )
         else:
-            logger.warning(
-                "aakash send failed to=%s http=%d code=%s detail=%s retryable=%s",
-                masked,
-                response.status_code,
-                outcome.error_code,
-                outcome.detail,
-                outcome.retryable,
-            )
+            log_send_failure(logger, "aakash", masked, response, outcome)
         return outcome
 
     async def balance(self) -> float | None:
@@ -287,7 +245,7 @@ class AakashSmsProvider:
             raise _balance_error(type(exc).__name__) from exc
         if not 200 <= response.status_code < 300:
             raise _balance_error(sms.http_detail(response.status_code))
-        payload = _json_object(response)
+        payload = json_object(response)
         if payload is None:
             raise _balance_error("malformed_body")
         if payload.get("error") is True:

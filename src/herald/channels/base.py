@@ -8,8 +8,9 @@ bounded, allowlisted detail — never provider text, which can echo the message 
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -162,3 +163,62 @@ def http_client(settings: Settings, base_url: str, **kwargs: object) -> httpx.As
         settings.provider_read_timeout_seconds, connect=settings.provider_connect_timeout_seconds
     )
     return httpx.AsyncClient(base_url=base_url, timeout=timeout, **kwargs)  # type: ignore[arg-type]
+
+
+def json_object(response: httpx.Response) -> dict[str, Any] | None:
+    """The answer's body when it is a JSON object, else None: a proxy page, a truncated or
+    non-UTF-8 body (json.JSONDecodeError and UnicodeDecodeError are both ValueErrors)."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def transport_failure(
+    code: str, exc: httpx.HTTPError, *, log: logging.Logger, provider: str, to: str
+) -> ProviderOutcome:
+    """The outcome of a send whose request raised instead of answering, logged with the masked
+    destination `to`: retried, with `timeout` or the error's type name as detail (never its text,
+    which can carry the URL), failing over only when the request never left (never_reached)."""
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        log.warning("%s send timed out to=%s error=%s", provider, to, name)
+        detail = "timeout"
+    else:
+        log.warning("%s transport error to=%s error=%s", provider, to, name)
+        detail = name
+    return ProviderOutcome.failure(
+        code,
+        retryable=True,
+        detail=detail,
+        not_sent="provider" if never_reached(exc) else None,
+    )
+
+
+def opaque_transport_failure(code: str, exc: Exception) -> ProviderOutcome:
+    """The outcome of a send whose request raised, for a provider whose URL carries a credential
+    (a bot token, a webhook, an OAuth'd project): retried, with only `timeout` or `connection` as
+    detail and no not_sent mark."""
+    detail = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection"
+    return ProviderOutcome.failure(code, retryable=True, detail=detail)
+
+
+def log_send_failure(
+    log: logging.Logger,
+    provider: str,
+    to: str,
+    response: httpx.Response,
+    outcome: ProviderOutcome,
+) -> None:
+    """The one warning line for a refused send: status and the fixed code and detail, never the
+    answer's text, which can echo the number or the message (R-STATE-15)."""
+    log.warning(
+        "%s send failed to=%s http=%d code=%s detail=%s retryable=%s",
+        provider,
+        to,
+        response.status_code,
+        outcome.error_code,
+        outcome.detail,
+        outcome.retryable,
+    )

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from typing_extensions import override
 
 from herald.channels import push
-from herald.channels.base import Message, ProviderOutcome, http_client
+from herald.channels.base import Message, ProviderOutcome, http_client, opaque_transport_failure
 from herald.config import Settings
 
 logger = logging.getLogger(__name__)
@@ -159,10 +159,8 @@ class FcmPushProvider:
                 headers={"Authorization": f"Bearer {access_token}"},
             )
         # Exception text can carry the URL; map on the type only.
-        except httpx.TimeoutException:
-            return ProviderOutcome.failure("PUSH_TRANSPORT", retryable=True, detail="timeout")
-        except httpx.HTTPError:
-            return ProviderOutcome.failure("PUSH_TRANSPORT", retryable=True, detail="connection")
+        except httpx.HTTPError as exc:
+            return opaque_transport_failure("PUSH_TRANSPORT", exc)
         outcome = classify_fcm_response(response.status_code, response.content, response.headers)
         if response.status_code in (401, 403):
             # The cached token may be revoked or belong to the wrong project: fetch a new one

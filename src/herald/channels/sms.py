@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Literal, get_args
 
+import httpx
 import phonenumbers
 
-from herald.channels.base import NotSent, ProviderOutcome
+from herald.channels.base import NOT_TAKEN_STATUSES, NotSent, ProviderOutcome
 
 # The fixed SMS error table (R-PROVIDER-24, R-PROVIDER-25): the only codes an SMS provider puts in
 # a ProviderOutcome, and so the only SMS codes that can reach last_error (R-STATE-15).
@@ -215,6 +216,29 @@ def sms_failure(
         destination_undeliverable=destination_undeliverable,
         not_sent=not_sent,
     )
+
+
+def throttled_or_unavailable(response: httpx.Response, detail: str) -> ProviderOutcome | None:
+    """SMS_TRANSPORT, retried, for a 429 (after its Retry-After), a 408 or a 5xx; None for any
+    other status, which the provider sorts by its own codes. Only 429 and 503 say the provider
+    took nothing (NOT_TAKEN_STATUSES), so only they may fail over."""
+    status = response.status_code
+    if status == 429:
+        return sms_failure(
+            "SMS_TRANSPORT",
+            retryable=True,
+            detail=detail,
+            retry_after_seconds=parse_retry_after(response.headers.get("Retry-After")),
+            not_sent="provider",
+        )
+    if status >= 500 or status == 408:
+        return sms_failure(
+            "SMS_TRANSPORT",
+            retryable=True,
+            detail=detail,
+            not_sent="provider" if status in NOT_TAKEN_STATUSES else None,
+        )
+    return None
 
 
 def http_detail(status: int) -> str:

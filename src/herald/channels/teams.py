@@ -25,7 +25,7 @@ import httpx
 from typing_extensions import override
 
 from herald.channels import destination
-from herald.channels.base import Message, ProviderOutcome, http_client
+from herald.channels.base import Message, ProviderOutcome, http_client, opaque_transport_failure
 from herald.config import Settings
 from herald.rendering.urls import is_safe_action_url
 
@@ -105,12 +105,8 @@ class TeamsProvider:
                 extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
             )
         # httpx puts the URL, a credential here, in exception text: map on the type only.
-        except httpx.TimeoutException:
-            outcome = ProviderOutcome.failure("TEAMS_TRANSPORT", retryable=True, detail="timeout")
-        except (httpx.HTTPError, httpx.InvalidURL):
-            outcome = ProviderOutcome.failure(
-                "TEAMS_TRANSPORT", retryable=True, detail="connection"
-            )
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            outcome = opaque_transport_failure("TEAMS_TRANSPORT", exc)
         else:
             outcome = classify_teams_response(
                 response.status_code, response.content, response.headers

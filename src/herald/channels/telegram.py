@@ -35,7 +35,7 @@ import httpx
 import limits
 from typing_extensions import override
 
-from herald.channels.base import Message, ProviderOutcome, http_client
+from herald.channels.base import Message, ProviderOutcome, http_client, opaque_transport_failure
 from herald.config import Settings
 from herald.ratelimit import RateLimits
 from herald.rendering.urls import is_safe_action_url
@@ -249,14 +249,8 @@ class TelegramProvider:
                 f"/bot{quote(token, safe=':')}/sendMessage", json=payload
             )
         # httpx puts the URL, and so the bot token, in exception text: map on the type only.
-        except httpx.TimeoutException:
-            outcome = ProviderOutcome.failure(
-                "TELEGRAM_TRANSPORT", retryable=True, detail="timeout"
-            )
-        except (httpx.HTTPError, httpx.InvalidURL):
-            outcome = ProviderOutcome.failure(
-                "TELEGRAM_TRANSPORT", retryable=True, detail="connection"
-            )
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            outcome = opaque_transport_failure("TELEGRAM_TRANSPORT", exc)
         else:
             outcome = classify_telegram_response(
                 response.status_code, response.content, response.headers

@@ -19,13 +19,13 @@ import httpx
 
 from herald.channels import sms
 from herald.channels.base import (
-    NOT_TAKEN_STATUSES,
     Message,
     NotSent,
     ProviderOutcome,
-    bounded_detail,
     http_client,
-    never_reached,
+    json_object,
+    log_send_failure,
+    transport_failure,
 )
 from herald.config import Settings
 
@@ -55,14 +55,6 @@ TWILIO_ERROR_TABLE: dict[int, tuple[sms.SmsErrorCode, bool]] = {
 }
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any] | None:
-    try:
-        payload = response.json()
-    except ValueError:
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
 def _twilio_code(payload: dict[str, Any] | None) -> int | None:
     code = payload.get("code") if payload is not None else None
     if isinstance(code, bool) or not isinstance(code, int) or not 0 < code < 100_000:
@@ -73,7 +65,7 @@ def _twilio_code(payload: dict[str, Any] | None) -> int | None:
 def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
     """Sort one Twilio answer into sent / failed by HTTP status and Twilio's numeric code."""
     status = response.status_code
-    payload = _json_object(response)
+    payload = json_object(response)
     if 200 <= status < 300:
         # 201 is the receipt: the message resource exists and will be billed. A body we cannot
         # read does not undo that, and a retry would send (and bill) a second message.
@@ -85,21 +77,9 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
         )
     code = _twilio_code(payload)
     detail = f"twilio_{code}" if code is not None else sms.http_detail(status)
-    if status == 429:
-        return sms.sms_failure(
-            "SMS_TRANSPORT",
-            retryable=True,
-            detail=detail,
-            retry_after_seconds=sms.parse_retry_after(response.headers.get("Retry-After")),
-            not_sent="provider",
-        )
-    if status >= 500 or status == 408:
-        return sms.sms_failure(
-            "SMS_TRANSPORT",
-            retryable=True,
-            detail=detail,
-            not_sent="provider" if status in NOT_TAKEN_STATUSES else None,
-        )
+    unavailable = sms.throttled_or_unavailable(response, detail)
+    if unavailable is not None:
+        return unavailable
     if code is not None and code in TWILIO_ERROR_TABLE:
         error_code, retryable = TWILIO_ERROR_TABLE[code]
         return sms.sms_failure(
@@ -162,22 +142,8 @@ class TwilioSmsProvider:
         path = f"2010-04-01/Accounts/{quote(self._sid, safe='')}/Messages.json"
         try:
             response = await self._client.post(path, data=form, auth=(self._sid, self._token))
-        except httpx.TimeoutException as exc:
-            logger.warning("twilio send timed out to=%s error=%s", masked, type(exc).__name__)
-            return sms.sms_failure(
-                "SMS_TRANSPORT",
-                retryable=True,
-                detail="timeout",
-                not_sent="provider" if never_reached(exc) else None,
-            )
         except httpx.HTTPError as exc:
-            logger.warning("twilio transport error to=%s error=%s", masked, type(exc).__name__)
-            return sms.sms_failure(
-                "SMS_TRANSPORT",
-                retryable=True,
-                detail=bounded_detail(type(exc).__name__),
-                not_sent="provider" if never_reached(exc) else None,
-            )
+            return transport_failure("SMS_TRANSPORT", exc, log=logger, provider="twilio", to=masked)
         outcome = classify_send_answer(response)
         if outcome.outcome == "sent":
             logger.info(
@@ -187,14 +153,7 @@ class TwilioSmsProvider:
                 sms.segments(body),
             )
         else:
-            logger.warning(
-                "twilio send failed to=%s http=%d code=%s detail=%s retryable=%s",
-                masked,
-                response.status_code,
-                outcome.error_code,
-                outcome.detail,
-                outcome.retryable,
-            )
+            log_send_failure(logger, "twilio", masked, response, outcome)
         return outcome
 
     async def balance(self) -> float | None:

@@ -44,9 +44,10 @@ from herald.channels.base import (
     NOT_TAKEN_STATUSES,
     Message,
     ProviderOutcome,
-    bounded_detail,
     http_client,
-    never_reached,
+    json_object,
+    log_send_failure,
+    transport_failure,
 )
 from herald.config import Settings
 
@@ -84,14 +85,6 @@ _MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:=+/\-]{1,200}")
 _STATUS = re.compile(r"[a-z_]{1,32}")
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any] | None:
-    try:
-        payload = response.json()
-    except ValueError:
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
 def graph_error_code(payload: dict[str, Any] | None) -> int | None:
     """The Graph API's numeric error.code, or None (never its message)."""
     error = payload.get("error") if payload is not None else None
@@ -112,7 +105,7 @@ def classify_send_answer(response: httpx.Response) -> ProviderOutcome:
     """Sort one Graph API answer into sent / failed by HTTP status and the numeric error code."""
     status = response.status_code
     status_text = str(status)
-    payload = _json_object(response)
+    payload = json_object(response)
     code = graph_error_code(payload)
     if 200 <= status < 300 and code is None:
         # A 200 is the receipt: Meta took the message. A body we cannot read does not undo that,
@@ -252,21 +245,9 @@ class WhatsAppProvider:
                 json=build_template_message(message),
                 headers={"Authorization": f"Bearer {self._token}"},
             )
-        except httpx.TimeoutException as exc:
-            logger.warning("whatsapp send timed out to=%s error=%s", masked, type(exc).__name__)
-            return ProviderOutcome.failure(
-                "WHATSAPP_TRANSPORT",
-                retryable=True,
-                detail="timeout",
-                not_sent="provider" if never_reached(exc) else None,
-            )
         except httpx.HTTPError as exc:
-            logger.warning("whatsapp transport error to=%s error=%s", masked, type(exc).__name__)
-            return ProviderOutcome.failure(
-                "WHATSAPP_TRANSPORT",
-                retryable=True,
-                detail=bounded_detail(type(exc).__name__),
-                not_sent="provider" if never_reached(exc) else None,
+            return transport_failure(
+                "WHATSAPP_TRANSPORT", exc, log=logger, provider="whatsapp", to=masked
             )
         outcome = classify_send_answer(response)
         if outcome.outcome == "sent":
@@ -277,14 +258,7 @@ class WhatsAppProvider:
                 outcome.provider_message_id,
             )
         else:
-            logger.warning(
-                "whatsapp send failed to=%s http=%d code=%s detail=%s retryable=%s",
-                masked,
-                response.status_code,
-                outcome.error_code,
-                outcome.detail,
-                outcome.retryable,
-            )
+            log_send_failure(logger, "whatsapp", masked, response, outcome)
         return outcome
 
     async def aclose(self) -> None:

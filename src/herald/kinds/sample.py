@@ -22,26 +22,43 @@ def _both(en: Template, ne: Template) -> dict[str, Template]:
     return {"en": en, "ne": ne}
 
 
+def _same(body: str, title: str | None = None) -> dict[str, Template]:
+    """One wording for both locales: it is only placeholders, so there is nothing to translate."""
+    return _both(T(title=title, body=body), T(title=title, body=body))
+
+
+def _titled(en_title: str, en_body: str, ne_title: str, ne_body: str) -> dict[str, Template]:
+    return _both(T(title=en_title, body=en_body), T(title=ne_title, body=ne_body))
+
+
+def _bodies(en: str, ne: str) -> dict[str, Template]:
+    """Body-only wording (SMS, Telegram, WhatsApp): these channels have no title."""
+    return _both(T(body=en), T(body=ne))
+
+
+def _email(en_title: str, en_body: str, ne_title: str, ne_body: str) -> dict[str, Template]:
+    """Email wording: every sample email opens by greeting the recipient by name."""
+    return _titled(
+        en_title, "Dear {{name}},\n\n" + en_body, ne_title, "प्रिय {{name}},\n\n" + ne_body
+    )
+
+
+def _title_message() -> dict[str, Template]:
+    """The host's own title and message, as they are, in either locale."""
+    return _same("{{message}}", title="{{title}}")
+
+
 ANNOUNCEMENT = Kind(
     name="announcement.posted",
     category="announcement",
     channels=("in_app", "email", "push", "sms", "telegram"),
     variables={"title": "Sports day moved", "message": "It is now on Friday."},
     templates={
-        "in_app": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "email": _both(
-            T(title="{{title}}", body="Dear {{name}},\n\n{{message}}"),
-            T(title="{{title}}", body="प्रिय {{name}},\n\n{{message}}"),
-        ),
-        "push": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "sms": _both(T(body="{{title}}: {{message}}"), T(body="{{title}}: {{message}}")),
-        "telegram": _both(
-            T(body="<b>{{title}}</b>\n{{message}}"), T(body="<b>{{title}}</b>\n{{message}}")
-        ),
+        "in_app": _title_message(),
+        "email": _email("{{title}}", "{{message}}", "{{title}}", "{{message}}"),
+        "push": _title_message(),
+        "sms": _same("{{title}}: {{message}}"),
+        "telegram": _same("<b>{{title}}</b>\n{{message}}"),
     },
 )
 
@@ -58,16 +75,9 @@ URGENT_ANNOUNCEMENT = Kind(
     ),
     variables={"title": "School closed today", "message": "Heavy rain: stay at home."},
     templates={
-        "in_app": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "email": _both(
-            T(title="Urgent: {{title}}", body="Dear {{name}},\n\n{{message}}"),
-            T(title="जरुरी: {{title}}", body="प्रिय {{name}},\n\n{{message}}"),
-        ),
-        "sms": _both(
-            T(body="URGENT {{title}}: {{message}}"), T(body="जरुरी {{title}}: {{message}}")
-        ),
+        "in_app": _title_message(),
+        "email": _email("Urgent: {{title}}", "{{message}}", "जरुरी: {{title}}", "{{message}}"),
+        "sms": _bodies("URGENT {{title}}: {{message}}", "जरुरी {{title}}: {{message}}"),
     },
 )
 
@@ -79,23 +89,23 @@ ASSIGNMENT = Kind(
     digest=Digest(window_seconds=3600, channels=("email",)),
     variables={"title": "Fractions worksheet", "subject": "Mathematics", "dueDate": "2026-12-04"},
     templates={
-        "in_app": _both(
-            T(title="New {{subject}} assignment", body="{{title}} is due on {{dueDate}}."),
-            T(title="{{subject}} को नयाँ गृहकार्य", body="{{title}} {{dueDate}} सम्म बुझाउनुपर्छ।"),
+        "in_app": _titled(
+            "New {{subject}} assignment",
+            "{{title}} is due on {{dueDate}}.",
+            "{{subject}} को नयाँ गृहकार्य",
+            "{{title}} {{dueDate}} सम्म बुझाउनुपर्छ।",
         ),
-        "email": _both(
-            T(
-                title="New {{subject}} assignment: {{title}}",
-                body="Dear {{name}},\n\n{{title}} ({{subject}}) is due on {{dueDate}}.",
-            ),
-            T(
-                title="{{subject}} को नयाँ गृहकार्य: {{title}}",
-                body="प्रिय {{name}},\n\n{{title}} ({{subject}}) {{dueDate}} सम्म बुझाउनुपर्छ।",
-            ),
+        "email": _email(
+            "New {{subject}} assignment: {{title}}",
+            "{{title}} ({{subject}}) is due on {{dueDate}}.",
+            "{{subject}} को नयाँ गृहकार्य: {{title}}",
+            "{{title}} ({{subject}}) {{dueDate}} सम्म बुझाउनुपर्छ।",
         ),
-        "push": _both(
-            T(title="New {{subject}} assignment", body="{{title}} — due {{dueDate}}"),
-            T(title="{{subject}} को नयाँ गृहकार्य", body="{{title}} — {{dueDate}}"),
+        "push": _titled(
+            "New {{subject}} assignment",
+            "{{title}} — due {{dueDate}}",
+            "{{subject}} को नयाँ गृहकार्य",
+            "{{title}} — {{dueDate}}",
         ),
     },
 )
@@ -109,33 +119,27 @@ def _attendance(name: str, lead_en: str, lead_ne: str) -> Kind:
         channels=("in_app", "email", "push", "sms"),
         variables=variables,
         templates={
-            "in_app": _both(
-                T(
-                    title=f"{lead_en}: {{{{studentName}}}}",
-                    body="{{date}}: {{studentName}} was marked {{eventType}}.",
-                ),
-                T(
-                    title=f"{lead_ne}: {{{{studentName}}}}",
-                    body="{{date}}: {{studentName}} — {{eventType}}।",
-                ),
+            "in_app": _titled(
+                f"{lead_en}: {{{{studentName}}}}",
+                "{{date}}: {{studentName}} was marked {{eventType}}.",
+                f"{lead_ne}: {{{{studentName}}}}",
+                "{{date}}: {{studentName}} — {{eventType}}।",
             ),
-            "email": _both(
-                T(
-                    title=f"{lead_en}: {{{{studentName}}}} on {{{{date}}}}",
-                    body="Dear {{name}},\n\nOn {{date}}, {{studentName}} was marked {{eventType}}.",
-                ),
-                T(
-                    title=f"{lead_ne}: {{{{studentName}}}} ({{{{date}}}})",
-                    body="प्रिय {{name}},\n\n{{date}} मा {{studentName}} — {{eventType}}।",
-                ),
+            "email": _email(
+                f"{lead_en}: {{{{studentName}}}} on {{{{date}}}}",
+                "On {{date}}, {{studentName}} was marked {{eventType}}.",
+                f"{lead_ne}: {{{{studentName}}}} ({{{{date}}}})",
+                "{{date}} मा {{studentName}} — {{eventType}}।",
             ),
-            "push": _both(
-                T(title=f"{lead_en}: {{{{studentName}}}}", body="{{date}}: {{eventType}}"),
-                T(title=f"{lead_ne}: {{{{studentName}}}}", body="{{date}}: {{eventType}}"),
+            "push": _titled(
+                f"{lead_en}: {{{{studentName}}}}",
+                "{{date}}: {{eventType}}",
+                f"{lead_ne}: {{{{studentName}}}}",
+                "{{date}}: {{eventType}}",
             ),
-            "sms": _both(
-                T(body="{{date}}: {{studentName}} was marked {{eventType}}."),
-                T(body="{{date}}: {{studentName}} — {{eventType}}।"),
+            "sms": _bodies(
+                "{{date}}: {{studentName}} was marked {{eventType}}.",
+                "{{date}}: {{studentName}} — {{eventType}}।",
             ),
         },
     )
@@ -150,23 +154,20 @@ FEE_DUE = Kind(
     channels=("in_app", "email", "sms"),
     variables={"amount": "NPR 12,500", "dueDate": "2026-12-15"},
     templates={
-        "in_app": _both(
-            T(title="Fee due {{dueDate}}", body="{{amount}} is due on {{dueDate}}."),
-            T(title="शुल्क बुझाउने मिति {{dueDate}}", body="{{amount}} {{dueDate}} भित्र बुझाउनुहोस्।"),
+        "in_app": _titled(
+            "Fee due {{dueDate}}",
+            "{{amount}} is due on {{dueDate}}.",
+            "शुल्क बुझाउने मिति {{dueDate}}",
+            "{{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
         ),
-        "email": _both(
-            T(
-                title="Fee due on {{dueDate}}",
-                body="Dear {{name}},\n\n{{amount}} is due on {{dueDate}}.",
-            ),
-            T(
-                title="शुल्क बुझाउने मिति {{dueDate}}",
-                body="प्रिय {{name}},\n\n{{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
-            ),
+        "email": _email(
+            "Fee due on {{dueDate}}",
+            "{{amount}} is due on {{dueDate}}.",
+            "शुल्क बुझाउने मिति {{dueDate}}",
+            "{{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
         ),
-        "sms": _both(
-            T(body="Fee of {{amount}} is due on {{dueDate}}."),
-            T(body="{{amount}} शुल्क {{dueDate}} भित्र बुझाउनुहोस्।"),
+        "sms": _bodies(
+            "Fee of {{amount}} is due on {{dueDate}}.", "{{amount}} शुल्क {{dueDate}} भित्र बुझाउनुहोस्।"
         ),
     },
 )
@@ -179,24 +180,24 @@ TRANSPORT_DELAY = Kind(
     priority="high",
     variables={"route": "Route 4 (Baneshwor)", "minutes": "20"},
     templates={
-        "in_app": _both(
-            T(
-                title="Bus delayed: {{route}}",
-                body="{{route}} is running about {{minutes}} minutes late.",
-            ),
-            T(title="बस ढिलो: {{route}}", body="{{route}} करिब {{minutes}} मिनेट ढिलो छ।"),
+        "in_app": _titled(
+            "Bus delayed: {{route}}",
+            "{{route}} is running about {{minutes}} minutes late.",
+            "बस ढिलो: {{route}}",
+            "{{route}} करिब {{minutes}} मिनेट ढिलो छ।",
         ),
-        "push": _both(
-            T(title="Bus delayed", body="{{route}}: about {{minutes}} minutes late"),
-            T(title="बस ढिलो", body="{{route}}: करिब {{minutes}} मिनेट ढिलो"),
+        "push": _titled(
+            "Bus delayed",
+            "{{route}}: about {{minutes}} minutes late",
+            "बस ढिलो",
+            "{{route}}: करिब {{minutes}} मिनेट ढिलो",
         ),
-        "sms": _both(
-            T(body="{{route}} is about {{minutes}} min late."),
-            T(body="{{route}} करिब {{minutes}} मिनेट ढिलो छ।"),
+        "sms": _bodies(
+            "{{route}} is about {{minutes}} min late.", "{{route}} करिब {{minutes}} मिनेट ढिलो छ।"
         ),
-        "telegram": _both(
-            T(body="<b>Bus delayed</b>\n{{route}}: about {{minutes}} minutes late"),
-            T(body="<b>बस ढिलो</b>\n{{route}}: करिब {{minutes}} मिनेट ढिलो"),
+        "telegram": _bodies(
+            "<b>Bus delayed</b>\n{{route}}: about {{minutes}} minutes late",
+            "<b>बस ढिलो</b>\n{{route}}: करिब {{minutes}} मिनेट ढिलो",
         ),
     },
 )
@@ -207,16 +208,14 @@ EVENT_SCHEDULED = Kind(
     channels=("in_app", "email"),
     variables={"title": "Parent-teacher meeting", "date": "2026-12-10"},
     templates={
-        "in_app": _both(
-            T(title="{{title}}", body="Scheduled for {{date}}."),
-            T(title="{{title}}", body="{{date}} मा तय गरिएको।"),
+        "in_app": _titled(
+            "{{title}}", "Scheduled for {{date}}.", "{{title}}", "{{date}} मा तय गरिएको।"
         ),
-        "email": _both(
-            T(
-                title="{{title}} on {{date}}",
-                body="Dear {{name}},\n\n{{title}} is scheduled for {{date}}.",
-            ),
-            T(title="{{title}} — {{date}}", body="प्रिय {{name}},\n\n{{title}} {{date}} मा हुनेछ।"),
+        "email": _email(
+            "{{title}} on {{date}}",
+            "{{title}} is scheduled for {{date}}.",
+            "{{title}} — {{date}}",
+            "{{title}} {{date}} मा हुनेछ।",
         ),
     },
 )
@@ -227,19 +226,17 @@ SYSTEM_MAINTENANCE = Kind(
     channels=("in_app", "email"),
     variables={"window": "Saturday 22:00–23:00"},
     templates={
-        "in_app": _both(
-            T(title="Planned maintenance", body="The service will be unavailable {{window}}."),
-            T(title="नियोजित मर्मत", body="सेवा {{window}} उपलब्ध हुने छैन।"),
+        "in_app": _titled(
+            "Planned maintenance",
+            "The service will be unavailable {{window}}.",
+            "नियोजित मर्मत",
+            "सेवा {{window}} उपलब्ध हुने छैन।",
         ),
-        "email": _both(
-            T(
-                title="Planned maintenance: {{window}}",
-                body="Dear {{name}},\n\nThe service will be unavailable {{window}}.",
-            ),
-            T(
-                title="नियोजित मर्मत: {{window}}",
-                body="प्रिय {{name}},\n\nसेवा {{window}} उपलब्ध हुने छैन।",
-            ),
+        "email": _email(
+            "Planned maintenance: {{window}}",
+            "The service will be unavailable {{window}}.",
+            "नियोजित मर्मत: {{window}}",
+            "सेवा {{window}} उपलब्ध हुने छैन।",
         ),
     },
 )
@@ -251,19 +248,10 @@ STAFF_NOTICE = Kind(
     channels=("in_app", "email", "slack", "teams"),
     variables={"title": "Staff meeting moved", "message": "It is now at 15:30 in the library."},
     templates={
-        "in_app": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "email": _both(
-            T(title="{{title}}", body="Dear {{name}},\n\n{{message}}"),
-            T(title="{{title}}", body="प्रिय {{name}},\n\n{{message}}"),
-        ),
-        "slack": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "teams": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
+        "in_app": _title_message(),
+        "email": _email("{{title}}", "{{message}}", "{{title}}", "{{message}}"),
+        "slack": _title_message(),
+        "teams": _title_message(),
     },
 )
 
@@ -283,17 +271,19 @@ ABSENCE_ALERT = Kind(
         parameters=("studentName", "date"),
     ),
     templates={
-        "in_app": _both(
-            T(title="Absent: {{studentName}}", body="{{studentName}} was absent on {{date}}."),
-            T(title="अनुपस्थित: {{studentName}}", body="{{studentName}} {{date}} मा अनुपस्थित।"),
+        "in_app": _titled(
+            "Absent: {{studentName}}",
+            "{{studentName}} was absent on {{date}}.",
+            "अनुपस्थित: {{studentName}}",
+            "{{studentName}} {{date}} मा अनुपस्थित।",
         ),
-        "sms": _both(
-            T(body="{{studentName}} was absent from school on {{date}}."),
-            T(body="{{studentName}} {{date}} मा विद्यालयमा अनुपस्थित।"),
+        "sms": _bodies(
+            "{{studentName}} was absent from school on {{date}}.",
+            "{{studentName}} {{date}} मा विद्यालयमा अनुपस्थित।",
         ),
-        "whatsapp": _both(
-            T(body="{{studentName}} was absent from school on {{date}}. Reply to let us know why."),
-            T(body="{{studentName}} {{date}} मा विद्यालयमा अनुपस्थित। कारण जवाफमा लेख्नुहोस्।"),
+        "whatsapp": _bodies(
+            "{{studentName}} was absent from school on {{date}}. Reply to let us know why.",
+            "{{studentName}} {{date}} मा विद्यालयमा अनुपस्थित। कारण जवाफमा लेख्नुहोस्।",
         ),
     },
 )
@@ -312,26 +302,21 @@ FEE_REMINDER = Kind(
         parameters=("amount", "studentName", "dueDate"),
     ),
     templates={
-        "in_app": _both(
-            T(title="Fee due {{dueDate}}", body="{{amount}} for {{studentName}} by {{dueDate}}."),
-            T(
-                title="शुल्क {{dueDate}}",
-                body="{{studentName}} को {{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
-            ),
+        "in_app": _titled(
+            "Fee due {{dueDate}}",
+            "{{amount}} for {{studentName}} by {{dueDate}}.",
+            "शुल्क {{dueDate}}",
+            "{{studentName}} को {{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
         ),
-        "email": _both(
-            T(
-                title="Fee due on {{dueDate}}",
-                body="Dear {{name}},\n\n{{amount}} for {{studentName}} is due on {{dueDate}}.",
-            ),
-            T(
-                title="शुल्क बुझाउने मिति {{dueDate}}",
-                body="प्रिय {{name}},\n\n{{studentName}} को {{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
-            ),
+        "email": _email(
+            "Fee due on {{dueDate}}",
+            "{{amount}} for {{studentName}} is due on {{dueDate}}.",
+            "शुल्क बुझाउने मिति {{dueDate}}",
+            "{{studentName}} को {{amount}} {{dueDate}} भित्र बुझाउनुहोस्।",
         ),
-        "whatsapp": _both(
-            T(body="A fee of {{amount}} for {{studentName}} is due on {{dueDate}}."),
-            T(body="{{studentName}} को {{amount}} शुल्क {{dueDate}} भित्र बुझाउनुहोस्।"),
+        "whatsapp": _bodies(
+            "A fee of {{amount}} for {{studentName}} is due on {{dueDate}}.",
+            "{{studentName}} को {{amount}} शुल्क {{dueDate}} भित्र बुझाउनुहोस्।",
         ),
     },
 )
@@ -343,19 +328,11 @@ REMINDER_NOTICE = Kind(
     channels=("in_app", "email", "push", "telegram"),
     variables={"title": "Homework time", "message": "Check today's homework in the diary."},
     templates={
-        "in_app": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "email": _both(
-            T(title="Reminder: {{title}}", body="Dear {{name}},\n\n{{message}}"),
-            T(title="सम्झना: {{title}}", body="प्रिय {{name}},\n\n{{message}}"),
-        ),
-        "push": _both(
-            T(title="{{title}}", body="{{message}}"), T(title="{{title}}", body="{{message}}")
-        ),
-        "telegram": _both(
-            T(body="<b>Reminder: {{title}}</b>\n{{message}}"),
-            T(body="<b>सम्झना: {{title}}</b>\n{{message}}"),
+        "in_app": _title_message(),
+        "email": _email("Reminder: {{title}}", "{{message}}", "सम्झना: {{title}}", "{{message}}"),
+        "push": _title_message(),
+        "telegram": _bodies(
+            "<b>Reminder: {{title}}</b>\n{{message}}", "<b>सम्झना: {{title}}</b>\n{{message}}"
         ),
     },
 )
@@ -365,16 +342,17 @@ ACCOUNT_WELCOME = Kind(
     category="account",
     channels=("in_app", "email"),
     templates={
-        "in_app": _both(
-            T(title="Welcome, {{name}}", body="Your account is ready."),
-            T(title="स्वागत छ, {{name}}", body="तपाईंको खाता तयार छ।"),
+        "in_app": _titled(
+            "Welcome, {{name}}",
+            "Your account is ready.",
+            "स्वागत छ, {{name}}",
+            "तपाईंको खाता तयार छ।",
         ),
-        "email": _both(
-            T(
-                title="Welcome to the school portal",
-                body="Dear {{name}},\n\nYour account is ready.",
-            ),
-            T(title="विद्यालय पोर्टलमा स्वागत छ", body="प्रिय {{name}},\n\nतपाईंको खाता तयार छ।"),
+        "email": _email(
+            "Welcome to the school portal",
+            "Your account is ready.",
+            "विद्यालय पोर्टलमा स्वागत छ",
+            "तपाईंको खाता तयार छ।",
         ),
     },
 )
@@ -389,16 +367,12 @@ PASSWORD_RESET = Kind(
     priority="urgent",
     secret_variables=("token",),
     templates={
-        "email": _both(
-            T(
-                title="Reset your password",
-                body="Dear {{name}},\n\nUse this code to reset your password: {{token}}\n\n"
-                "If you did not ask for this, ignore this email.",
-            ),
-            T(
-                title="पासवर्ड रिसेट गर्नुहोस्",
-                body="प्रिय {{name}},\n\nपासवर्ड रिसेट गर्न यो कोड प्रयोग गर्नुहोस्: {{token}}",
-            ),
+        "email": _email(
+            "Reset your password",
+            "Use this code to reset your password: {{token}}\n\n"
+            "If you did not ask for this, ignore this email.",
+            "पासवर्ड रिसेट गर्नुहोस्",
+            "पासवर्ड रिसेट गर्न यो कोड प्रयोग गर्नुहोस्: {{token}}",
         ),
     },
 )
@@ -412,10 +386,12 @@ OTP = Kind(
     priority="urgent",
     secret_variables=("code",),
     templates={
-        "sms": _both(T(body="Your code is {{code}}"), T(body="तपाईंको कोड {{code}} हो")),
-        "email": _both(
-            T(title="Your sign-in code", body="Dear {{name}},\n\nYour code is {{code}}"),
-            T(title="तपाईंको साइन-इन कोड", body="प्रिय {{name}},\n\nतपाईंको कोड {{code}} हो"),
+        "sms": _bodies("Your code is {{code}}", "तपाईंको कोड {{code}} हो"),
+        "email": _email(
+            "Your sign-in code",
+            "Your code is {{code}}",
+            "तपाईंको साइन-इन कोड",
+            "तपाईंको कोड {{code}} हो",
         ),
     },
 )
@@ -429,15 +405,11 @@ EMAIL_CHANGE = Kind(
     priority="urgent",
     secret_variables=("token", "toEmail"),
     templates={
-        "email": _both(
-            T(
-                title="Confirm your new email address",
-                body="Dear {{name}},\n\nUse this code to confirm this address: {{token}}",
-            ),
-            T(
-                title="नयाँ इमेल ठेगाना पुष्टि गर्नुहोस्",
-                body="प्रिय {{name}},\n\nयो ठेगाना पुष्टि गर्न कोड: {{token}}",
-            ),
+        "email": _email(
+            "Confirm your new email address",
+            "Use this code to confirm this address: {{token}}",
+            "नयाँ इमेल ठेगाना पुष्टि गर्नुहोस्",
+            "यो ठेगाना पुष्टि गर्न कोड: {{token}}",
         ),
     },
 )

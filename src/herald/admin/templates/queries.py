@@ -24,6 +24,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import records
 from herald.db import schema as s
 from herald.errors import TemplateBodyBlank, ValidationFailed
 
@@ -132,8 +133,7 @@ async def published_overrides(
 
 
 async def find(conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID) -> RowMapping | None:
-    query = select(*_COLUMNS).where(t.c.tenant_id == tenant_id, t.c.public_id == public_id)
-    return (await conn.execute(query)).mappings().one_or_none()
+    return await records.find_by_public_id(conn, t, _COLUMNS, tenant_id, public_id)
 
 
 async def versions_page(

@@ -22,7 +22,6 @@ caller without the permission (R-SEC-7); a list answers an empty page.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
-from herald.admin import paging
+from herald.admin import editing, paging
 from herald.admin.templates import queries, wording
 from herald.admin.templates.schemas import (
     ChannelEntry,
@@ -440,28 +439,15 @@ async def preview(
 
 
 def _require(operator: Operator, permission: str) -> None:
-    """404 for a caller without the permission, the same answer as for a missing override, so
-    the response never says whether the id exists (R-SEC-7)."""
-    if not operator.may(permission):
-        raise TemplateOverrideNotFound()
+    editing.require(operator, permission, TemplateOverrideNotFound)
 
 
 async def _find(conn: AsyncConnection, operator: Operator, template_id: str) -> RowMapping:
-    try:
-        public_id = uuid.UUID(template_id)
-    except ValueError:
-        raise TemplateOverrideNotFound() from None
-    row = await queries.find(conn, operator.tenant_id, public_id)
-    if row is None:
-        raise TemplateOverrideNotFound()
-    return row
+    return await editing.find(conn, operator, template_id, queries.find, TemplateOverrideNotFound)
 
 
 def _check_version(row: RowMapping, read: int) -> None:
-    if row["version"] != read:
-        raise TemplateVersionConflict(
-            f"the override is at version {row['version']}, not {read}; re-read it and try again"
-        )
+    editing.check_version(row, read, TemplateVersionConflict, "override")
 
 
 async def _compare_and_set(

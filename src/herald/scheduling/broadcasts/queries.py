@@ -20,12 +20,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, literal_column, select, update
+from sqlalchemy import func, literal_column, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from herald import vocabulary
-from herald.db import queue
+from herald.db import queue, records
 from herald.db import schema as s
 
 b = s.broadcast
@@ -36,9 +36,7 @@ rcp = s.notification_recipient
 COLUMNS = tuple(c for c in b.c)
 
 
-async def now(conn: AsyncConnection) -> datetime:
-    value: datetime = (await conn.execute(select(func.now()))).scalar_one()
-    return value
+now = records.now
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,17 +46,11 @@ async def now(conn: AsyncConnection) -> datetime:
 async def insert_broadcast(
     conn: AsyncConnection, tenant_id: str, values: Mapping[str, Any], *, actor: str
 ) -> RowMapping:
-    stmt = (
-        insert(b)
-        .values(tenant_id=tenant_id, created_by=actor, updated_by=actor, **values)
-        .returning(*COLUMNS)
-    )
-    return (await conn.execute(stmt)).mappings().one()
+    return await records.insert_authored(conn, b, COLUMNS, tenant_id, values, actor=actor)
 
 
 async def find(conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID) -> RowMapping | None:
-    query = select(*COLUMNS).where(b.c.tenant_id == tenant_id, b.c.public_id == public_id)
-    return (await conn.execute(query)).mappings().one_or_none()
+    return await records.find_by_public_id(conn, b, COLUMNS, tenant_id, public_id)
 
 
 async def list_page(

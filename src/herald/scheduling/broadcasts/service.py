@@ -34,15 +34,13 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.admin import paging
+from herald.admin import editing, paging
 from herald.admin.paging import Page
 from herald.admin.templates import wording
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
 from herald.errors import (
-    AudienceInvalid,
-    AudienceTooLarge,
     BroadcastAlreadyApproved,
     BroadcastApproverNotPerson,
     BroadcastCancelled,
@@ -53,15 +51,10 @@ from herald.errors import (
     BroadcastSelfApproval,
     BroadcastTemplateInvalid,
     BroadcastVersionConflict,
-    ChannelUnknown,
-    HeraldError,
-    SecretInVariables,
-    TemplateNotFound,
-    ValidationFailed,
-    VariablesInvalid,
 )
 from herald.fanout import service as fanout
 from herald.kinds import Registry
+from herald.scheduling import sendable
 from herald.scheduling.broadcasts import audiences, queries, releasing
 from herald.scheduling.broadcasts.schemas import (
     ApproveInput,
@@ -72,7 +65,6 @@ from herald.scheduling.broadcasts.schemas import (
     BroadcastReport,
     BroadcastUpdate,
 )
-from herald.sending import service as sending
 from herald.vocabulary import IN_FLIGHT_STATUSES as IN_FLIGHT
 
 log = logging.getLogger(__name__)
@@ -87,15 +79,6 @@ ENTITY = releasing.ENTITY
 FIELDS = ("title", "kind", "variables", "channels", "audience", "scheduled_for")
 AUDITED_FIELDS = (*FIELDS, "state", "version")
 
-# The send-path refusal → the field it is about.
-_SEND_FIELDS: tuple[tuple[type[HeraldError], str], ...] = (
-    (TemplateNotFound, "kind"),
-    (ChannelUnknown, "channels"),
-    (AudienceInvalid, "audience"),
-    (AudienceTooLarge, "audience"),
-    (VariablesInvalid, "variables"),
-    (SecretInVariables, "variables"),
-)
 
 # ---------------------------------------------------------------------------------------------
 # Input
@@ -123,23 +106,16 @@ def _parse(model: type[M], raw: object) -> M:
 def check_input(tenant_id: str, registry: Registry, data: BroadcastInput) -> dict[str, Any]:
     """Every semantic check through the send path itself, so a draft is accepted exactly when
     its event would be; the values as stored."""
-    kind = registry.get(data.kind)
-    if kind is None:
-        raise _invalid("kind", f"no kind named {data.kind!r} in the registry")
-    if kind.secret_variables:
-        raise _invalid("kind", f"{kind.name} carries a secret and cannot be broadcast")
-    send_input = sending.SendInput(
-        tenant_id=tenant_id,
+    kind = sendable.checked_kind(
+        tenant_id,
+        registry,
         kind=data.kind,
         audience=data.audience,
         channels=data.channels,
         variables=data.variables,
+        invalid=_invalid,
+        secret_refusal="cannot be broadcast",
     )
-    try:
-        sending.prepare(send_input, registry)
-    except ValidationFailed as exc:
-        field_name = next((f for cls, f in _SEND_FIELDS if isinstance(exc, cls)), "audience")
-        raise _invalid(field_name, exc.message) from None
     return {
         "title": data.title,
         "kind": kind.name,
@@ -404,9 +380,7 @@ def _as_input(row: RowMapping) -> BroadcastInput:
 
 
 def _require(operator: Operator, permission: str) -> None:
-    """404 for a caller without the permission, the same answer as for a missing broadcast."""
-    if not operator.may(permission):
-        raise BroadcastNotFound()
+    editing.require(operator, permission, BroadcastNotFound)
 
 
 def _require_draft(row: RowMapping) -> None:
@@ -417,21 +391,11 @@ def _require_draft(row: RowMapping) -> None:
 
 
 async def _find(conn: AsyncConnection, operator: Operator, broadcast_id: str) -> RowMapping:
-    try:
-        public_id = uuid.UUID(broadcast_id)
-    except ValueError:
-        raise BroadcastNotFound() from None
-    row = await queries.find(conn, operator.tenant_id, public_id)
-    if row is None:
-        raise BroadcastNotFound()
-    return row
+    return await editing.find(conn, operator, broadcast_id, queries.find, BroadcastNotFound)
 
 
 def _check_version(row: RowMapping, read: int) -> None:
-    if row["version"] != read:
-        raise BroadcastVersionConflict(
-            f"the broadcast is at version {row['version']}, not {read}; re-read it and try again"
-        )
+    editing.check_version(row, read, BroadcastVersionConflict, "broadcast")
 
 
 def _snapshot(row: RowMapping) -> dict[str, Any]:

@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from herald.db import records
 from herald.db import schema as s
 
 r = s.reminder_schedule
@@ -48,10 +49,7 @@ _COLUMNS = (
 )
 
 
-async def now(conn: AsyncConnection) -> datetime:
-    """The database's clock: every scheduler and API process agrees on it."""
-    value: datetime = (await conn.execute(select(func.now()))).scalar_one()
-    return value
+now = records.now
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,17 +59,11 @@ async def now(conn: AsyncConnection) -> datetime:
 async def insert_schedule(
     conn: AsyncConnection, tenant_id: str, values: Mapping[str, Any], *, actor: str
 ) -> RowMapping:
-    stmt = (
-        insert(r)
-        .values(tenant_id=tenant_id, created_by=actor, updated_by=actor, **values)
-        .returning(*_COLUMNS)
-    )
-    return (await conn.execute(stmt)).mappings().one()
+    return await records.insert_authored(conn, r, _COLUMNS, tenant_id, values, actor=actor)
 
 
 async def find(conn: AsyncConnection, tenant_id: str, public_id: uuid.UUID) -> RowMapping | None:
-    query = select(*_COLUMNS).where(r.c.tenant_id == tenant_id, r.c.public_id == public_id)
-    return (await conn.execute(query)).mappings().one_or_none()
+    return await records.find_by_public_id(conn, r, _COLUMNS, tenant_id, public_id)
 
 
 async def exists_named(conn: AsyncConnection, tenant_id: str, name: str) -> bool:

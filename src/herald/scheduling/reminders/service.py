@@ -32,28 +32,21 @@ from pydantic import AwareDatetime, TypeAdapter, ValidationError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from herald.admin import paging
+from herald.admin import editing, paging
 from herald.admin.paging import Page
 from herald.audience import service as audience
 from herald.audit.service import actor_label, field_changes, record_audit
 from herald.auth.service import Operator
 from herald.db import tenancy
 from herald.errors import (
-    AudienceInvalid,
-    AudienceTooLarge,
-    ChannelUnknown,
     CursorInvalid,
-    HeraldError,
     ReminderInvalid,
     ReminderNotFound,
     ReminderVersionConflict,
-    SecretInVariables,
-    TemplateNotFound,
     ValidationFailed,
-    VariablesInvalid,
 )
 from herald.kinds import Registry
-from herald.scheduling import clock
+from herald.scheduling import clock, sendable
 from herald.scheduling.reminders import queries
 from herald.scheduling.reminders.schemas import (
     OccurrenceOut,
@@ -91,16 +84,6 @@ DEFAULT_OCCURRENCES = 10
 # A scheduler back from a long outage records at most this many `missed` runs per schedule
 # (the latest ones); it never floods either the runs or the recipients.
 MAX_MISSED_RECORDED = 50
-
-# The send-path refusal → the field it is about.
-_SEND_FIELDS: tuple[tuple[type[HeraldError], str], ...] = (
-    (TemplateNotFound, "kind"),
-    (ChannelUnknown, "channels"),
-    (AudienceInvalid, "audience"),
-    (AudienceTooLarge, "audience"),
-    (VariablesInvalid, "variables"),
-    (SecretInVariables, "variables"),
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,24 +132,17 @@ def check_input(tenant_id: str, registry: Registry, data: ReminderInput) -> Chec
             "localTime", f"{data.local_time!r} is not a local time HH:MM from 00:00 to 23:59"
         ) from None
     weekdays = _checked_weekdays(data.weekdays)
-    kind = registry.get(data.kind)
-    if kind is None:
-        raise _invalid("kind", f"no kind named {data.kind!r} in the registry")
-    if kind.secret_variables:
-        # A secret is read from the vault once; a schedule would send it at most once.
-        raise _invalid("kind", f"{kind.name} carries a secret and cannot be scheduled")
-    send_input = sending.SendInput(
-        tenant_id=tenant_id,
+    # A secret is read from the vault once; a schedule would send it at most once.
+    kind = sendable.checked_kind(
+        tenant_id,
+        registry,
         kind=data.kind,
         audience=data.audience,
         channels=data.channels,
         variables=data.variables,
+        invalid=_invalid,
+        secret_refusal="cannot be scheduled",
     )
-    try:
-        sending.prepare(send_input, registry)
-    except ValidationFailed as exc:
-        field_name = next((f for cls, f in _SEND_FIELDS if isinstance(exc, cls)), "audience")
-        raise _invalid(field_name, exc.message) from None
     values = {
         "name": data.name,
         "kind": kind.name,
@@ -498,27 +474,15 @@ async def fire_occurrence(
 
 
 def _require(operator: Operator, permission: str) -> None:
-    """404 for a caller without the permission, the same answer as for a missing schedule."""
-    if not operator.may(permission):
-        raise ReminderNotFound()
+    editing.require(operator, permission, ReminderNotFound)
 
 
 async def _find(conn: AsyncConnection, operator: Operator, reminder_id: str) -> RowMapping:
-    try:
-        public_id = uuid.UUID(reminder_id)
-    except ValueError:
-        raise ReminderNotFound() from None
-    row = await queries.find(conn, operator.tenant_id, public_id)
-    if row is None:
-        raise ReminderNotFound()
-    return row
+    return await editing.find(conn, operator, reminder_id, queries.find, ReminderNotFound)
 
 
 def _check_version(row: RowMapping, read: int) -> None:
-    if row["version"] != read:
-        raise ReminderVersionConflict(
-            f"the reminder is at version {row['version']}, not {read}; re-read it and try again"
-        )
+    editing.check_version(row, read, ReminderVersionConflict, "reminder")
 
 
 def _snapshot(row: RowMapping) -> dict[str, Any]:
